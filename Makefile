@@ -1,0 +1,38 @@
+# wattprobe developer targets. `make help` lists them.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help setup setup-test run test pytest lint bench golden clean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+setup: ## install runtime needs (apt + venv); idempotent
+	scripts/setup-debian.sh run
+
+setup-test: ## install runtime and test needs (apt + venv); idempotent
+	scripts/setup-debian.sh test
+
+run: setup ## serve /metrics on :28390 with the sources this machine has (ARGS=... for flags)
+	$(VENV)/bin/wattprobe serve $(ARGS)
+
+test: setup-test lint pytest ## lint, type-check and run the whole test suite (what CI runs)
+
+pytest: ## run the test suite only (ARGS=... passes pytest options)
+	$(PY) -m pytest $(ARGS)
+
+lint: ## ruff and mypy, both must be clean
+	$(PY) -m ruff check exporter tests
+	$(PY) -m ruff format --check exporter tests
+	$(PY) -m mypy
+
+bench: setup-test ## run the benchmarks and rewrite docs/benchmarks.md
+	$(PY) -m tests.benchmarks $(ARGS)
+
+golden: ## regenerate tests/fixtures/golden/*.prom after an intended change of the output
+	WATTPROBE_UPDATE_GOLDEN=1 $(PY) -m pytest tests/test_golden.py
+
+clean: ## remove the venv and caches
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,119 @@
+"""Pure functions that split measured energy among workloads.
+
+Per interval and per zone: idle = min(P_idle * dt, dE), active = dE - idle; active is split by
+each task's share of the zone's activity (CPU seconds for CPU zones), rolled up task ->
+container. Every split hands out exactly what it was given: the parts sum to the whole.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from exporter.readings import TaskKey
+from exporter.workloads.cgroup import SYSTEM, ContainerRef
+
+K = TypeVar("K", bound=Hashable)
+
+# Stands for "no task was active": a zone's energy in an interval where nothing that can be
+# attributed ran goes to the system_processes pseudo-container through this pseudo task.
+UNATTRIBUTED_TASK: TaskKey = (0, 0)
+
+ACTIVE = "active"
+IDLE = "idle"
+
+
+def split_active_idle(energy_j: float, idle_power_w: float, dt_s: float) -> tuple[float, float]:
+    """(active, idle): idle = min(P_idle * dt, dE), so neither part is ever negative."""
+    energy_j = max(energy_j, 0.0)
+    idle = min(max(idle_power_w, 0.0) * max(dt_s, 0.0), energy_j)
+    return energy_j - idle, idle
+
+
+def shares(total: float, weights: Mapping[K, float]) -> dict[K, float]:
+    """Split total in proportion to the positive weights; {} when there is nothing to split.
+
+    The rounding residue goes to the largest part, so math.fsum of the parts equals total.
+    """
+    positive = {k: w for k, w in weights.items() if w > 0}
+    weight_sum = math.fsum(positive.values())
+    if total == 0 or weight_sum <= 0:
+        return {}
+    parts = {k: total * w / weight_sum for k, w in positive.items()}
+    residue = total - math.fsum(parts.values())
+    if residue:
+        largest = max(parts, key=parts.__getitem__)
+        parts[largest] += residue
+    return parts
+
+
+@dataclass(frozen=True)
+class ZoneEnergy:
+    """One attributed zone's energy in an interval and the activity that splits it."""
+
+    zone: str
+    gpu: str  # "" for host zones
+    active_j: float
+    idle_j: float
+    weights: Mapping[TaskKey, float]  # activity per task in this zone
+    idle_weights: Mapping[TaskKey, float] | None = None  # None: idle stays on the node
+
+
+# (zone, gpu, mode) -> joules
+EnergyKey = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class IntervalAttribution:
+    containers: Mapping[ContainerRef, Mapping[EnergyKey, float]]
+    tasks: Mapping[TaskKey, Mapping[EnergyKey, float]] = field(default_factory=dict)
+
+
+def _split_to_containers(
+    amount: float,
+    weights: Mapping[TaskKey, float],
+    owner: Mapping[TaskKey, ContainerRef],
+) -> tuple[dict[ContainerRef, float], dict[ContainerRef, dict[TaskKey, float]]]:
+    """amount -> per container (by summed task weights), and the task weights per container."""
+    by_container: dict[ContainerRef, dict[TaskKey, float]] = {}
+    for task, w in weights.items():
+        if w > 0:
+            ref = owner.get(task, SYSTEM)
+            by_container.setdefault(ref, {})[task] = w
+    if not by_container:
+        by_container = {SYSTEM: {UNATTRIBUTED_TASK: 1.0}}
+    totals = {ref: math.fsum(ws.values()) for ref, ws in by_container.items()}
+    return shares(amount, totals), by_container
+
+
+def attribute(
+    zones: Iterable[ZoneEnergy],
+    owner: Mapping[TaskKey, ContainerRef],
+    with_tasks: bool = False,
+) -> IntervalAttribution:
+    """Split each zone's active (and, where a policy asks, idle) energy among containers.
+
+    With with_tasks, each container's part is split again among its tasks, so that a container
+    equals the sum of its tasks exactly.
+    """
+    containers: dict[ContainerRef, dict[EnergyKey, float]] = {}
+    tasks: dict[TaskKey, dict[EnergyKey, float]] = {}
+    for z in zones:
+        parts = [(ACTIVE, z.active_j, z.weights)]
+        if z.idle_weights is not None:
+            parts.append((IDLE, z.idle_j, z.idle_weights))
+        for mode, amount, weights in parts:
+            if amount <= 0:
+                continue
+            key = (z.zone, z.gpu, mode)
+            per_container, task_weights = _split_to_containers(amount, weights, owner)
+            for ref, joules in per_container.items():
+                bucket = containers.setdefault(ref, {})
+                bucket[key] = bucket.get(key, 0.0) + joules
+                if with_tasks:
+                    for task, tj in shares(joules, task_weights[ref]).items():
+                        tb = tasks.setdefault(task, {})
+                        tb[key] = tb.get(key, 0.0) + tj
+    return IntervalAttribution(containers, tasks)

@@ -1,0 +1,313 @@
+"""Command line: `wattprobe serve`, `wattprobe check`.
+
+Every flag also reads WATTPROBE_<NAME> (dots and dashes become underscores), e.g.
+--web.listen-address <- WATTPROBE_WEB_LISTEN_ADDRESS.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from exporter import __version__
+from exporter.check import exit_status, run_checks
+from exporter.config import (
+    COLLECTOR_DEFAULTS,
+    DEFAULT_PORT,
+    ActivitySource,
+    Config,
+    IdleAttribution,
+    IdlePower,
+    PodSource,
+    parse_duration,
+    parse_listen_address,
+)
+from exporter.server import Health, make_server
+from exporter.wiring import build_monitor
+
+log = logging.getLogger("wattprobe")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _env(flag: str) -> str:
+    return "WATTPROBE_" + flag.lstrip("-").replace(".", "_").replace("-", "_").upper()
+
+
+def _option(flag: str, dest: str, **kwargs: Any) -> Callable[[F], F]:
+    return click.option(
+        flag, dest, envvar=_env(flag), show_envvar=True, show_default=True, **kwargs
+    )
+
+
+def _converter(parse: Callable[[str], Any]) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A click callback that turns a parser's ValueError into a one-line BadParameter."""
+
+    def convert(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+        if value is None:
+            return None
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+
+    return convert
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise ValueError(f"{text!r} must be a non-negative number")
+    return value
+
+
+def _zone_list(text: str) -> tuple[str, ...]:
+    return tuple(z.strip() for z in text.split(",") if z.strip())
+
+
+def source_options(func: F) -> F:
+    """Flags that decide what is read and how: shared by serve and check."""
+    opts = [
+        _option(
+            "--path.procfs",
+            "procfs",
+            default="/proc",
+            type=click.Path(path_type=Path),
+            help="procfs mount point",
+        ),
+        _option(
+            "--path.sysfs",
+            "sysfs",
+            default="/sys",
+            type=click.Path(path_type=Path),
+            help="sysfs mount point",
+        ),
+        _option(
+            "--path.cgroupfs",
+            "cgroupfs",
+            default=None,
+            type=click.Path(path_type=Path),
+            help="cgroup mount root [default: <sysfs>/fs/cgroup]",
+        ),
+        _option(
+            "--activity-source",
+            "activity_source",
+            default="auto",
+            type=click.Choice([a.value for a in ActivitySource]),
+            help="what measures per-task CPU time: auto, ebpf or procfs",
+        ),
+        _option(
+            "--estimate.idle-watts",
+            "estimate_idle_w",
+            default=None,
+            callback=_converter(_positive_float),
+            help="estimated node CPU power at idle [default: 0.74 W per CPU]",
+        ),
+        _option(
+            "--estimate.max-watts",
+            "estimate_max_w",
+            default=None,
+            callback=_converter(_positive_float),
+            help="estimated node CPU power at full load [default: 3.5 W per CPU]",
+        ),
+        _option(
+            "--log.level",
+            "log_level",
+            default="info",
+            type=click.Choice(["debug", "info", "warn", "error"]),
+            help="log level",
+        ),
+    ]
+    for name, on in sorted(COLLECTOR_DEFAULTS.items()):
+        flag = f"--collector.{name}/--no-collector.{name}"
+        opts.append(
+            click.option(
+                flag,
+                f"collector_{name}",
+                default=on,
+                envvar=_env(f"collector.{name}"),
+                show_envvar=True,
+                show_default=True,
+                help=f"the {name} collector",
+            )
+        )
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
+def _config(**kw: Any) -> Config:
+    collectors = frozenset(n for n in COLLECTOR_DEFAULTS if kw.pop(f"collector_{n}"))
+    kw["activity_source"] = ActivitySource(kw["activity_source"])
+    for key in ("attribution_idle", "pod_source"):
+        if key in kw:
+            kw[key] = {"attribution_idle": IdleAttribution, "pod_source": PodSource}[key](kw[key])
+    if "listen_address" in kw:
+        kw["listen_host"], kw["listen_port"] = kw.pop("listen_address")
+    return Config(collectors=collectors, **kw)
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level={"warn": logging.WARNING}.get(level, getattr(logging, level.upper())),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="wattprobe")
+def cli() -> None:
+    """wattprobe: node power and GPU exporter with energy attributed to pods."""
+
+
+@cli.command()
+@_option(
+    "--web.listen-address",
+    "listen_address",
+    default=f":{DEFAULT_PORT}",
+    callback=_converter(parse_listen_address),
+    help="address to serve /metrics on",
+)
+@_option("--web.telemetry-path", "telemetry_path", default="/metrics", help="path of the metrics")
+@_option(
+    "--interval",
+    "interval_s",
+    default="5s",
+    callback=_converter(parse_duration),
+    help="attribution interval",
+)
+@_option(
+    "--power.idle",
+    "power_idle",
+    default="auto",
+    callback=_converter(IdlePower.parse),
+    help="idle power per zone: auto (learned), WATTS, or ZONE=WATTS,...",
+)
+@_option(
+    "--attribution.idle",
+    "attribution_idle",
+    default="none",
+    type=click.Choice([a.value for a in IdleAttribution]),
+    help="idle energy: none (stays on the node), requests, activity",
+)
+@_option(
+    "--attribution.zones",
+    "attribution_zones",
+    default="",
+    callback=_converter(_zone_list),
+    help="zones split among workloads [default: package,dram with RAPL; else hwmon or estimate]",
+)
+@_option(
+    "--workload.retention",
+    "retention_s",
+    default="10m",
+    callback=_converter(parse_duration),
+    help="how long series of terminated containers and processes stay",
+)
+@_option(
+    "--kube.pod-source",
+    "pod_source",
+    default="auto",
+    type=click.Choice([p.value for p in PodSource]),
+    help="where pod names come from: auto, none, kubelet, apiserver",
+)
+@_option("--kube.node-name", "node_name", default="", help="this node's name [default: $NODE_NAME]")
+@source_options
+def serve(**kw: Any) -> None:
+    """Serve /metrics for Prometheus."""
+    if not kw["node_name"]:
+        kw.pop("node_name")
+    if not kw["telemetry_path"].startswith("/"):
+        raise click.BadParameter("must start with '/'", param_hint="'--web.telemetry-path'")
+    config = _config(**kw)
+    _setup_logging(config.log_level)
+    run_server(config)
+
+
+def run_server(config: Config) -> None:
+    monitor = build_monitor(config)
+    stop = threading.Event()
+    last_step = [time.monotonic()]
+
+    def loop() -> None:
+        monitor.run(
+            config.interval_s, stop, on_step=lambda: last_step.__setitem__(0, time.monotonic())
+        )
+
+    loop_thread = threading.Thread(target=loop, name="monitor", daemon=True)
+    stall_after = max(3 * config.interval_s, 30.0)
+    health = Health(
+        alive=lambda: loop_thread.is_alive() and time.monotonic() - last_step[0] < stall_after,
+        ready=lambda: monitor.snapshot.ready,
+    )
+    server = make_server(
+        config.listen_host,
+        config.listen_port,
+        lambda: monitor.snapshot,
+        health,
+        config.telemetry_path,
+    )
+    host, port = server.server_address[:2]
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    loop_thread.start()
+    server_thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    server_thread.start()
+    log.info(
+        "wattprobe %s serving http://%s:%s%s every %gs",
+        __version__,
+        host or "0.0.0.0",  # noqa: S104 (only a log line)
+        port,
+        config.telemetry_path,
+        config.interval_s,
+    )
+    stop.wait()
+    log.info("shutting down")
+    server.shutdown()
+    server.server_close()
+    loop_thread.join(timeout=10)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+@source_options
+def check(as_json: bool, **kw: Any) -> None:
+    """Check every source on this machine; exit 0 when power and activity can be measured."""
+    config = _config(**kw)
+    _setup_logging("error" if config.log_level == "info" else config.log_level)
+    results = run_checks(config)
+    status = exit_status(results)
+    if as_json:
+        click.echo(
+            json.dumps({"ok": status == 0, "sources": [r.as_dict() for r in results]}, indent=2)
+        )
+    else:
+        for r in results:
+            mark = "OK  " if r.ok else ("off " if r.disabled else "FAIL")
+            click.echo(f"{mark} {r.source:<10} {r.found or r.reason}")
+            if r.fix and not r.ok:
+                click.echo(f"     {'':<10} fix: {r.fix}")
+    sys.exit(status)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: bad usage gives one line naming the flag, never a traceback."""
+    try:
+        cli.main(args=argv, prog_name="wattprobe", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        click.echo(f"wattprobe: error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)

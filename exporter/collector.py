@@ -1,0 +1,131 @@
+"""prometheus_client Collector: turns the latest Snapshot into metric families on each scrape.
+
+No per-label Gauge objects and no file reads here: every family is built fresh from one
+immutable Snapshot, so all series of a scrape come from the same instant.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+
+from exporter import __version__
+from exporter.snapshot import Energy, Snapshot
+
+PREFIX = "wattprobe_"
+
+
+def _family(name: str, doc: str, kind: str) -> Metric:
+    return Metric(PREFIX + name, doc, kind)
+
+
+def _add(metric: Metric, labels: Mapping[str, str], value: float) -> None:
+    # Counters are exposed with their _total suffix; gpu="" is left out (it only means "host").
+    suffix = "_total" if metric.type == "counter" else ""
+    clean = {k: v for k, v in labels.items() if v or k != "gpu"}
+    metric.add_sample(metric.name + suffix, clean, value)
+
+
+def _energy_samples(metric: Metric, energy: Iterable[Energy], labels: Mapping[str, str]) -> None:
+    for e in energy:
+        _add(metric, {"zone": e.zone, "gpu": e.gpu, "mode": e.mode, **labels}, e.joules)
+
+
+class SnapshotCollector(Collector):
+    def __init__(self, snapshot: Callable[[], Snapshot]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._snapshot()
+        yield from self._self_metrics(snap)
+        yield from self._node_metrics(snap)
+        yield from self._workload_metrics(snap)
+
+    def _self_metrics(self, snap: Snapshot) -> Iterator[Metric]:
+        info = _family("build_info", "wattprobe build, value 1.", "gauge")
+        _add(info, {"version": __version__, "python": platform.python_version()}, 1)
+        yield info
+        up = _family(
+            "source_up",
+            "1 if the source worked in the last interval; reason says why not.",
+            "gauge",
+        )
+        duration = _family(
+            "collect_duration_seconds",
+            "Time the source took to read in the last interval.",
+            "gauge",
+        )
+        for s in snap.sources:
+            _add(up, {"source": s.source, "reason": "" if s.up else s.reason}, 1 if s.up else 0)
+            _add(duration, {"source": s.source}, s.duration_s)
+        yield up
+        yield duration
+
+    def _node_metrics(self, snap: Snapshot) -> Iterator[Metric]:
+        if snap.cpu_usage_ratio is not None:
+            usage = _family(
+                "node_cpu_usage_ratio", "Node CPU busy fraction over the last interval.", "gauge"
+            )
+            _add(usage, {}, snap.cpu_usage_ratio)
+            yield usage
+        node = _family(
+            "node_energy_joules",
+            "Energy measured (or, with source=estimated, modelled) per zone and device, split "
+            "into active and idle. Zones overlap (package contains core): never sum across zones.",
+            "counter",
+        )
+        for z in snap.node_energy:
+            labels = {"zone": z.zone, "device": z.device, "source": z.source}
+            _add(node, {**labels, "mode": "active"}, z.active_j)
+            _add(node, {**labels, "mode": "idle"}, z.idle_j)
+        yield node
+
+    def _workload_metrics(self, snap: Snapshot) -> Iterator[Metric]:
+        container_energy = _family(
+            "container_energy_joules",
+            "Energy attributed to a container, per zone and mode.",
+            "counter",
+        )
+        cpu = _family("container_cpu_seconds", "CPU time of a container's tasks.", "counter")
+        ioctls = _family(
+            "container_gpu_ioctls", "GPU driver ioctls issued by a container's tasks.", "counter"
+        )
+        for c in snap.containers:
+            ids = {
+                "container_id": c.container_id,
+                "container": c.container,
+                "pod": c.pod,
+                "namespace": c.namespace,
+            }
+            _energy_samples(container_energy, c.energy, ids)
+            _add(cpu, ids, c.cpu_seconds)
+            for driver, n in c.gpu_ioctls:
+                _add(ioctls, {**ids, "driver": driver}, n)
+        yield container_energy
+        yield cpu
+        if ioctls.samples:
+            yield ioctls
+
+        pod_energy = _family(
+            "pod_energy_joules", "Energy attributed to a pod: the sum of its containers.", "counter"
+        )
+        for p in snap.pods:
+            _energy_samples(
+                pod_energy, p.energy, {"pod": p.pod, "namespace": p.namespace, "pod_uid": p.pod_uid}
+            )
+        yield pod_energy
+
+        if snap.processes:
+            process = _family("process_energy_joules", "Energy attributed to a process.", "counter")
+            for pr in snap.processes:
+                labels = {
+                    "pid": str(pr.pid),
+                    "comm": pr.comm,
+                    "container_id": pr.container_id,
+                    "container": pr.container,
+                }
+                _energy_samples(process, pr.energy, labels)
+            yield process

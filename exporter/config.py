@@ -1,0 +1,153 @@
+"""The exporter's configuration: one frozen dataclass, built from flags and WATTPROBE_* env vars."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+DEFAULT_PORT = 28390
+
+
+class ActivitySource(StrEnum):
+    AUTO = "auto"
+    EBPF = "ebpf"
+    PROCFS = "procfs"
+
+
+class PodSource(StrEnum):
+    AUTO = "auto"
+    NONE = "none"
+    KUBELET = "kubelet"
+    APISERVER = "apiserver"
+
+
+class IdleAttribution(StrEnum):
+    NONE = "none"  # idle energy stays on the node
+    REQUESTS = "requests"  # idle goes to the pods that hold the resource (GPUs via PodResources)
+    ACTIVITY = "activity"  # idle is split like active energy
+
+
+# Collectors that can be switched with --collector.NAME / --no-collector.NAME, with defaults.
+COLLECTOR_DEFAULTS: dict[str, bool] = {
+    "rapl": True,
+    "hwmon": True,
+    "estimate": True,
+    "process": False,
+}
+
+
+@dataclass(frozen=True)
+class IdlePower:
+    """--power.idle: 'auto' learns each zone's idle baseline; watts can be given per zone."""
+
+    default_w: float | None = None  # None: learn
+    per_zone_w: tuple[tuple[str, float], ...] = ()
+
+    def for_zone(self, zone: str) -> float | None:
+        for name, watts in self.per_zone_w:
+            if name == zone:
+                return watts
+        return self.default_w
+
+    @classmethod
+    def parse(cls, text: str) -> IdlePower:
+        """'auto', '12.5' (every zone), or 'package=20,dram=3' (others learned)."""
+        text = text.strip()
+        if text == "auto":
+            return cls()
+        if "=" not in text:
+            return cls(default_w=_parse_watts(text))
+        pairs: list[tuple[str, float]] = []
+        default: float | None = None
+        for item in text.split(","):
+            name, sep, value = item.partition("=")
+            name = name.strip()
+            if not sep or not name:
+                raise ValueError(f"{item!r} is not ZONE=WATTS")
+            if name == "*":
+                default = _parse_watts(value)
+            else:
+                pairs.append((name, _parse_watts(value)))
+        return cls(default_w=default, per_zone_w=tuple(pairs))
+
+
+def _parse_watts(text: str) -> float:
+    try:
+        watts = float(text.strip().removesuffix("W").removesuffix("w"))
+    except ValueError:
+        raise ValueError(f"{text!r} is not a power in watts") from None
+    if not math.isfinite(watts) or watts < 0:
+        raise ValueError(f"{text!r} must be a finite, non-negative number of watts")
+    return watts
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+
+
+def parse_duration(text: str) -> float:
+    """Prometheus-style durations ('5s', '500ms', '1m30s') or plain seconds, to seconds."""
+    text = text.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        pos, seconds = 0, 0.0
+        for match in _DURATION_PART.finditer(text):
+            if match.start() != pos:
+                break
+            value, unit = float(match.group(1)), match.group(2)
+            seconds += value * {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}[unit]
+            pos = match.end()
+        if pos != len(text) or not text:
+            raise ValueError(f"{text!r} is not a duration (e.g. 5s, 500ms, 1m)") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"{text!r} must be a positive duration")
+    return seconds
+
+
+def parse_listen_address(text: str) -> tuple[str, int]:
+    """':28390', '127.0.0.1:9000', '[::1]:9000' -> (host, port); an empty host means all."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ValueError(f"{text!r} is not HOST:PORT (e.g. :{DEFAULT_PORT})")
+    port = int(port_text)
+    if port > 65535:
+        raise ValueError(f"port {port} is out of range")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, port
+
+
+@dataclass(frozen=True)
+class Config:
+    listen_host: str = ""
+    listen_port: int = DEFAULT_PORT
+    telemetry_path: str = "/metrics"
+    web_config_file: Path | None = None
+    procfs: Path = Path("/proc")
+    sysfs: Path = Path("/sys")
+    cgroupfs: Path | None = None  # None: <sysfs>/fs/cgroup
+    interval_s: float = 5.0
+    activity_source: ActivitySource = ActivitySource.AUTO
+    collectors: frozenset[str] = field(
+        default_factory=lambda: frozenset(n for n, on in COLLECTOR_DEFAULTS.items() if on)
+    )
+    power_idle: IdlePower = field(default_factory=IdlePower)
+    attribution_idle: IdleAttribution = IdleAttribution.NONE
+    attribution_zones: tuple[str, ...] = ()  # empty: chosen from what the node measures
+    retention_s: float = 600.0
+    estimate_idle_w: float | None = None  # None: from the core count
+    estimate_max_w: float | None = None
+    pod_source: PodSource = PodSource.AUTO
+    node_name: str = field(default_factory=lambda: os.environ.get("NODE_NAME", ""))
+    log_level: str = "info"
+
+    @property
+    def cgroup_root(self) -> Path:
+        return self.cgroupfs if self.cgroupfs is not None else self.sysfs / "fs" / "cgroup"
+
+    def enabled(self, collector: str) -> bool:
+        return collector in self.collectors

@@ -1,0 +1,561 @@
+"""The loop: every interval read the sources, take deltas, attribute, publish a Snapshot."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+from exporter.attribution import (
+    ACTIVE,
+    IDLE,
+    UNATTRIBUTED_TASK,
+    EnergyKey,
+    ZoneEnergy,
+    attribute,
+    split_active_idle,
+)
+from exporter.config import IdleAttribution, IdlePower
+from exporter.counters import MAX_PLAUSIBLE_POWER_W, counter_delta_uj, integrate_power_j
+from exporter.idle import IdleBaseline
+from exporter.ledger import CounterTable, add_into
+from exporter.readings import (
+    CpuTimes,
+    EnergyReading,
+    SourceError,
+    SourceStatus,
+    TaskKey,
+    TaskSample,
+)
+from exporter.snapshot import (
+    EMPTY_SNAPSHOT,
+    ContainerCounters,
+    Energy,
+    NodeZoneEnergy,
+    PodCounters,
+    ProcessCounters,
+    Snapshot,
+)
+from exporter.sources.estimate import CpuPowerModel
+from exporter.workloads.cgroup import SYSTEM, ContainerRef, classify_task
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+ESTIMATED = "estimated"
+# Zone kinds split among workloads when --attribution.zones is not given, per measuring source.
+# core and uncore are parts of package, so attributing them too would count the same joules twice.
+RAPL_WORKLOAD_ZONES = ("package", "dram")
+RAPL_FALLBACK_ZONES = ("psys",)
+
+ZoneId = tuple[str, str, str]  # (zone, device, source)
+
+
+class PowerSource(Protocol):
+    name: str
+
+    def read(self) -> Sequence[EnergyReading]: ...
+
+
+class CpuTimesSource(Protocol):
+    def cpu_times(self) -> CpuTimes: ...
+
+
+class ActivitySource(Protocol):
+    name: str
+
+    def tasks(self) -> Sequence[TaskSample]: ...
+
+
+class WorkloadNames(Protocol):
+    """Kubernetes names for containers and pods; empty strings where unknown."""
+
+    def container(self, ref: ContainerRef) -> tuple[str, str, str]:
+        """(namespace, pod, container)"""
+        ...
+
+    def pod(self, pod_uid: str) -> tuple[str, str]:
+        """(namespace, pod)"""
+        ...
+
+
+class NoNames:
+    """Before pod metadata exists: pseudo-containers carry their name, the rest only their IDs."""
+
+    def container(self, ref: ContainerRef) -> tuple[str, str, str]:
+        return "", "", ref.pseudo
+
+    def pod(self, pod_uid: str) -> tuple[str, str]:
+        return "", ""
+
+
+@dataclass(frozen=True)
+class MonitorSettings:
+    idle_power: IdlePower = field(default_factory=IdlePower)
+    idle_policy: IdleAttribution = IdleAttribution.NONE
+    attribution_zones: tuple[str, ...] = ()  # empty: chosen from what is measured
+    with_processes: bool = False
+    retention_s: float = 600.0
+
+
+@dataclass
+class _Previous:
+    """What the last interval ended with; deltas are taken against it."""
+
+    time: float
+    cpu: CpuTimes | None = None
+    task_cpu: dict[TaskKey, float] = field(default_factory=dict)
+    task_ioctls: dict[TaskKey, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    energy: dict[ZoneId, tuple[EnergyReading, float]] = field(default_factory=dict)
+
+
+class Monitor:
+    """Owns all cumulative state. step() is called by one thread; snapshot is read by any."""
+
+    def __init__(
+        self,
+        *,
+        cpu: CpuTimesSource,
+        activity: ActivitySource,
+        power_sources: Sequence[PowerSource],
+        cpu_model: Callable[[int], CpuPowerModel] | None,
+        settings: MonitorSettings,
+        names: WorkloadNames | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._cpu = cpu
+        self._activity = activity
+        self._power_sources = list(power_sources)
+        self._cpu_model = cpu_model
+        self.settings = settings
+        self._names = names or NoNames()
+        self._clock = clock
+        self._wall_clock = wall_clock
+
+        self._prev: _Previous | None = None
+        self._baselines: dict[ZoneId, IdleBaseline] = {}
+        self._measured_seen = False
+        self._sequence = 0
+        self._snapshot = EMPTY_SNAPSHOT
+
+        self._node = CounterTable[ZoneId, str]()
+        self._container_energy = CounterTable[ContainerRef, EnergyKey]()
+        self._container_cpu = CounterTable[ContainerRef, str]()
+        self._container_ioctls = CounterTable[ContainerRef, str]()
+        self._pod_energy = CounterTable[str, EnergyKey]()
+        self._process_energy = CounterTable[tuple[TaskKey, ContainerRef], EnergyKey]()
+        self._process_meta: dict[tuple[TaskKey, ContainerRef], tuple[int, str]] = {}
+        self._retired_containers: dict[EnergyKey, float] = {}
+        self._pod_retired: dict[str, dict[EnergyKey, float]] = {}
+        self._container_retired: dict[ContainerRef, dict[EnergyKey, float]] = {}
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    # -- one interval ---------------------------------------------------------------------
+
+    def step(self) -> Snapshot:
+        now = self._clock()
+        statuses: list[SourceStatus] = []
+        cpu = self._read("procfs", self._cpu.cpu_times, statuses)
+        tasks = self._read(self._activity.name, self._activity.tasks, statuses)
+        if self._activity.name == "procfs" and len(statuses) == 2:
+            statuses = _merge_statuses(statuses[0], statuses[1])
+        readings: list[tuple[EnergyReading, float]] = []
+        for source in self._power_sources:
+            got = self._read(source.name, source.read, statuses)
+            stamp = self._clock()
+            readings.extend((r, stamp) for r in got or ())
+        if readings:
+            self._measured_seen = True
+
+        prev = self._prev
+        dt = now - prev.time if prev else 0.0
+        usage = _cpu_usage(prev.cpu if prev else None, cpu)
+        task_list = list(tasks or ())
+        cpu_deltas, ioctl_deltas = self._task_deltas(prev, task_list)
+        owner = {t.key: classify_task(t.cgroup, t.kernel_thread) for t in task_list}
+
+        zone_energy = self._zone_deltas(prev, readings, usage, now)
+        if not self._measured_seen and self._cpu_model is not None and cpu is not None:
+            zone_energy.update(self._estimated_zone(prev, cpu, usage, dt, statuses))
+
+        attributed = self._workload_zones(zone_energy)
+        zones = self._attributable(zone_energy, attributed, cpu_deltas)
+        split = attribute(zones, owner, with_tasks=self.settings.with_processes)
+
+        self._accumulate(
+            now=now,
+            zone_energy=zone_energy,
+            containers=split.containers,
+            tasks=split.tasks,
+            task_list=task_list,
+            owner=owner,
+        )
+        self._accumulate_activity(now, cpu_deltas, ioctl_deltas, owner)
+        self._expire(now)
+
+        self._prev = _Previous(
+            time=now,
+            cpu=cpu,
+            task_cpu={t.key: t.cpu_seconds for t in task_list},
+            task_ioctls={t.key: t.gpu_ioctls for t in task_list if t.gpu_ioctls},
+            energy=self._next_energy_baseline(prev, readings),
+        )
+        self._sequence += 1
+        self._snapshot = self._build_snapshot(
+            ready=prev is not None, dt=dt, usage=usage, statuses=statuses, attributed=attributed
+        )
+        return self._snapshot
+
+    def _read(self, name: str, fn: Callable[[], T], statuses: list[SourceStatus]) -> T | None:
+        start = time.perf_counter()
+        try:
+            result = fn()
+        except SourceError as exc:
+            statuses.append(SourceStatus(name, False, exc.reason, exc.detail, _since(start)))
+            return None
+        except Exception as exc:  # a source must never take the loop down
+            log.exception("source %s failed unexpectedly", name)
+            statuses.append(SourceStatus(name, False, "internal error", repr(exc), _since(start)))
+            return None
+        statuses.append(SourceStatus(name, True, duration_s=_since(start)))
+        return result
+
+    def _task_deltas(
+        self, prev: _Previous | None, tasks: Sequence[TaskSample]
+    ) -> tuple[dict[TaskKey, float], dict[TaskKey, dict[str, int]]]:
+        """CPU seconds and GPU ioctls per task since the last interval.
+
+        On the first interval everything is a baseline. Later, a task not seen before started
+        during the interval (its key includes its start time), so all its time is new.
+        """
+        if prev is None:
+            return {}, {}
+        cpu: dict[TaskKey, float] = {}
+        ioctls: dict[TaskKey, dict[str, int]] = {}
+        for t in tasks:
+            before = prev.task_cpu.get(t.key, 0.0)
+            delta = t.cpu_seconds - before
+            if delta > 0:
+                cpu[t.key] = delta
+            if t.gpu_ioctls:
+                old = dict(prev.task_ioctls.get(t.key, ()))
+                counts = {d: n - old.get(d, 0) for d, n in t.gpu_ioctls if n > old.get(d, 0)}
+                if counts:
+                    ioctls[t.key] = counts
+        return cpu, ioctls
+
+    def _zone_deltas(
+        self,
+        prev: _Previous | None,
+        readings: Sequence[tuple[EnergyReading, float]],
+        usage: float | None,
+        now: float,
+    ) -> dict[ZoneId, tuple[float, float]]:
+        """(active, idle) joules per measured zone over the interval."""
+        out: dict[ZoneId, tuple[float, float]] = {}
+        for reading, stamp in readings:
+            zid = (reading.zone, reading.device, reading.source)
+            before = prev.energy.get(zid) if prev else None
+            if before is None:
+                continue  # first reading of this zone: a baseline
+            old, old_stamp = before
+            dt = stamp - old_stamp
+            energy_j = _energy_between(old, reading, dt)
+            if energy_j is None:
+                log.warning("%s %s (%s): counter reset or implausible jump; re-baselined", *zid)
+                continue
+            out[zid] = self._split_idle(zid, energy_j, dt, usage)
+        return out
+
+    def _split_idle(
+        self, zid: ZoneId, energy_j: float, dt: float, usage: float | None
+    ) -> tuple[float, float]:
+        baseline = self._baselines.get(zid)
+        if baseline is None:
+            baseline = IdleBaseline(fixed_w=self.settings.idle_power.for_zone(zid[0]))
+            self._baselines[zid] = baseline
+        if dt > 0:
+            baseline.observe(usage if usage is not None else 0.0, energy_j / dt)
+        return split_active_idle(energy_j, baseline.watts, dt)
+
+    def _estimated_zone(
+        self,
+        prev: _Previous | None,
+        cpu: CpuTimes,
+        usage: float | None,
+        dt: float,
+        statuses: list[SourceStatus],
+    ) -> dict[ZoneId, tuple[float, float]]:
+        assert self._cpu_model is not None
+        model = self._cpu_model(cpu.ncpu)
+        statuses.append(
+            SourceStatus(ESTIMATED, True, detail=f"{model.idle_w:g} W idle, {model.max_w:g} W max")
+        )
+        if prev is None or usage is None:
+            return {}
+        return {("package", "", ESTIMATED): model.energy_j(usage, dt)}
+
+    def _workload_zones(self, zone_energy: Mapping[ZoneId, tuple[float, float]]) -> tuple[str, ...]:
+        """Which zone kinds are split among workloads."""
+        if self.settings.attribution_zones:
+            return self.settings.attribution_zones
+        by_source: dict[str, set[str]] = {}
+        for zone, _device, source in self._node_zone_ids(zone_energy):
+            by_source.setdefault(source, set()).add(zone)
+        if "rapl" in by_source:
+            found = by_source["rapl"]
+            chosen = [z for z in RAPL_WORKLOAD_ZONES if z in found]
+            return tuple(chosen or [z for z in RAPL_FALLBACK_ZONES if z in found])
+        if "hwmon" in by_source:
+            return tuple(sorted(by_source["hwmon"]))
+        if ESTIMATED in by_source:
+            return ("package",)
+        return ()
+
+    def _node_zone_ids(self, zone_energy: Mapping[ZoneId, tuple[float, float]]) -> list[ZoneId]:
+        # zones known from earlier intervals count too, so a zone missing once does not
+        # change which kinds are attributed
+        return list({*zone_energy, *(k for k, _ in self._node.items())})
+
+    def _attributable(
+        self,
+        zone_energy: Mapping[ZoneId, tuple[float, float]],
+        attributed: Sequence[str],
+        cpu_deltas: Mapping[TaskKey, float],
+    ) -> list[ZoneEnergy]:
+        idle_weights = cpu_deltas if self.settings.idle_policy is IdleAttribution.ACTIVITY else None
+        per_kind: dict[str, list[float]] = {}
+        for (zone, _device, _source), (active, idle) in zone_energy.items():
+            if zone in attributed:
+                acc = per_kind.setdefault(zone, [0.0, 0.0])
+                acc[0] += active
+                acc[1] += idle
+        return [
+            ZoneEnergy(zone, "", active, idle, cpu_deltas, idle_weights)
+            for zone, (active, idle) in sorted(per_kind.items())
+        ]
+
+    def _accumulate(
+        self,
+        *,
+        now: float,
+        zone_energy: Mapping[ZoneId, tuple[float, float]],
+        containers: Mapping[ContainerRef, Mapping[EnergyKey, float]],
+        tasks: Mapping[TaskKey, Mapping[EnergyKey, float]],
+        task_list: Sequence[TaskSample],
+        owner: Mapping[TaskKey, ContainerRef],
+    ) -> None:
+        for zid, (active, idle) in zone_energy.items():
+            self._node.add(zid, ACTIVE, active, now)
+            self._node.add(zid, IDLE, idle, now)
+        for ref, amounts in containers.items():
+            self._container_energy.add_all(ref, amounts, now)
+            if ref.pod_uid:
+                self._pod_energy.add_all(ref.pod_uid, amounts, now)
+        if not self.settings.with_processes:
+            return
+        comm = {t.key: (t.pid, t.comm) for t in task_list}
+        comm[UNATTRIBUTED_TASK] = (0, "unattributed")
+        for task, amounts in tasks.items():
+            key = (task, owner.get(task, SYSTEM))
+            self._process_energy.add_all(key, amounts, now)
+            self._process_meta[key] = comm.get(task, (task[0], ""))
+        for t in task_list:
+            key = (t.key, owner[t.key])
+            self._process_energy.touch(key, now)
+            self._process_meta[key] = (t.pid, t.comm)
+
+    def _accumulate_activity(
+        self,
+        now: float,
+        cpu_deltas: Mapping[TaskKey, float],
+        ioctl_deltas: Mapping[TaskKey, Mapping[str, int]],
+        owner: Mapping[TaskKey, ContainerRef],
+    ) -> None:
+        for ref in set(owner.values()):
+            self._container_energy.touch(ref, now)
+            self._container_cpu.touch(ref, now)
+            self._container_ioctls.touch(ref, now)
+            if ref.pod_uid:
+                self._pod_energy.touch(ref.pod_uid, now)
+        for task, seconds in cpu_deltas.items():
+            self._container_cpu.add(owner[task], "cpu", seconds, now)
+        for task, counts in ioctl_deltas.items():
+            for driver, n in counts.items():
+                self._container_ioctls.add(owner[task], driver, float(n), now)
+
+    def _expire(self, now: float) -> None:
+        retention = self.settings.retention_s
+        for (_task, ref), totals in self._process_energy.expire(now, retention):
+            add_into(self._container_retired.setdefault(ref, {}), totals)
+        for key in [k for k in self._process_meta if k not in self._process_energy]:
+            del self._process_meta[key]
+        for ref, totals in self._container_energy.expire(now, retention):
+            add_into(self._retired_containers, totals)
+            if ref.pod_uid:
+                add_into(self._pod_retired.setdefault(ref.pod_uid, {}), totals)
+            self._container_retired.pop(ref, None)
+        self._container_cpu.expire(now, retention)
+        self._container_ioctls.expire(now, retention)
+        for pod_uid, _ in self._pod_energy.expire(now, retention):
+            self._pod_retired.pop(pod_uid, None)
+        for zid, _ in self._node.expire(now, retention):
+            self._baselines.pop(zid, None)
+
+    def _next_energy_baseline(
+        self, prev: _Previous | None, readings: Sequence[tuple[EnergyReading, float]]
+    ) -> dict[ZoneId, tuple[EnergyReading, float]]:
+        # A zone missing from this interval keeps its old baseline, so the energy of the gap is
+        # counted when it comes back (if the jump is plausible for the gap's length).
+        energy = dict(prev.energy) if prev else {}
+        for reading, stamp in readings:
+            energy[(reading.zone, reading.device, reading.source)] = (reading, stamp)
+        return energy
+
+    # -- snapshot -------------------------------------------------------------------------
+
+    def _build_snapshot(
+        self,
+        *,
+        ready: bool,
+        dt: float,
+        usage: float | None,
+        statuses: list[SourceStatus],
+        attributed: tuple[str, ...],
+    ) -> Snapshot:
+        node = tuple(
+            NodeZoneEnergy(zone, device, source, t.get(ACTIVE, 0.0), t.get(IDLE, 0.0))
+            for (zone, device, source), t in sorted(self._node.items())
+        )
+        containers = []
+        for ref, energy in self._container_energy.items():
+            namespace, pod, name = self._names.container(ref)
+            cpu = self._container_cpu.totals(ref).get("cpu", 0.0)
+            ioctls = self._container_ioctls.totals(ref)
+            containers.append(
+                ContainerCounters(
+                    container_id=ref.container_id,
+                    pod_uid=ref.pod_uid,
+                    container=name,
+                    pod=pod,
+                    namespace=namespace,
+                    energy=_energy_items(energy),
+                    cpu_seconds=cpu,
+                    gpu_ioctls=tuple(sorted((d, int(n)) for d, n in ioctls.items())),
+                    retired_processes=_energy_items(self._container_retired.get(ref, {})),
+                )
+            )
+        pods = []
+        for pod_uid, energy in self._pod_energy.items():
+            namespace, pod = self._names.pod(pod_uid)
+            pods.append(
+                PodCounters(
+                    pod_uid=pod_uid,
+                    pod=pod,
+                    namespace=namespace,
+                    energy=_energy_items(energy),
+                    retired_containers=_energy_items(self._pod_retired.get(pod_uid, {})),
+                )
+            )
+        processes = []
+        for (_task, ref), energy in self._process_energy.items():
+            pid, comm = self._process_meta[(_task, ref)]
+            processes.append(
+                ProcessCounters(
+                    pid=pid,
+                    comm=comm,
+                    container_id=ref.container_id,
+                    pod_uid=ref.pod_uid,
+                    container=self._names.container(ref)[2],
+                    energy=_energy_items(energy),
+                )
+            )
+        return Snapshot(
+            sequence=self._sequence,
+            timestamp=self._wall_clock(),
+            interval_s=dt,
+            ready=ready,
+            cpu_usage_ratio=usage,
+            node_energy=node,
+            containers=tuple(containers),
+            pods=tuple(pods),
+            processes=tuple(processes),
+            retired_containers=_energy_items(self._retired_containers),
+            sources=tuple(statuses),
+            attributed_zones=attributed,
+        )
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(
+        self, interval_s: float, stop: threading.Event, on_step: Callable[[], None] | None = None
+    ) -> None:
+        """Step every interval until stop is set. A slow step delays the next one but loses
+        nothing: deltas are taken over the time that actually passed."""
+        next_at = self._clock()
+        while not stop.is_set():
+            try:
+                self.step()
+            except Exception:
+                log.exception("interval failed; the next one will retry")
+            if on_step is not None:
+                on_step()
+            next_at += interval_s
+            now = self._clock()
+            if next_at < now:  # overran: skip the missed ticks instead of bunching them
+                next_at = now + interval_s - ((now - next_at) % interval_s)
+            stop.wait(next_at - now)
+
+
+def _merge_statuses(cpu: SourceStatus, tasks: SourceStatus) -> list[SourceStatus]:
+    """procfs serves both /proc/stat and the process list: report it once."""
+    if not cpu.up:
+        return [
+            SourceStatus(
+                cpu.source, False, cpu.reason, cpu.detail, cpu.duration_s + tasks.duration_s
+            )
+        ]
+    return [
+        SourceStatus(
+            "procfs", tasks.up, tasks.reason, tasks.detail, cpu.duration_s + tasks.duration_s
+        )
+    ]
+
+
+def _cpu_usage(prev: CpuTimes | None, cur: CpuTimes | None) -> float | None:
+    if prev is None or cur is None:
+        return None
+    busy = cur.busy_s - prev.busy_s
+    total = busy + (cur.idle_s - prev.idle_s)
+    if total <= 0 or busy < 0:
+        return None
+    return min(busy / total, 1.0)
+
+
+def _energy_between(old: EnergyReading, new: EnergyReading, dt: float) -> float | None:
+    """Joules between two readings of one zone, or None when the step cannot be trusted."""
+    if new.energy_uj is not None and old.energy_uj is not None:
+        delta = counter_delta_uj(old.energy_uj, new.energy_uj, new.max_energy_uj, dt)
+        return None if delta is None else delta / 1e6
+    if new.power_w is not None and old.power_w is not None:
+        if not (math.isfinite(new.power_w) and 0 <= new.power_w <= MAX_PLAUSIBLE_POWER_W):
+            return None
+        return integrate_power_j(old.power_w, new.power_w, dt)
+    return None
+
+
+def _energy_items(totals: Mapping[EnergyKey, float]) -> tuple[Energy, ...]:
+    return tuple(Energy(z, g, m, j) for (z, g, m), j in sorted(totals.items()))
+
+
+def _since(start: float) -> float:
+    return time.perf_counter() - start

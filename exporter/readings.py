@@ -1,0 +1,81 @@
+"""Plain typed readings that sources return. Nothing here knows about Prometheus."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# A task's identity: (pid, start time in clock ticks since boot) for a live process, so a reused
+# PID is a new task; (0, cgroup id) for the eBPF "exited tasks" accumulator of one cgroup.
+TaskKey = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class EnergyReading:
+    """One power domain as a source saw it at one instant.
+
+    Either a cumulative counter (energy_uj, wrapping after max_energy_uj) or an instantaneous
+    power that the monitor integrates over the interval.
+    """
+
+    zone: str  # what the energy covers: package, dram, core, uncore, psys, a hwmon sensor kind
+    device: str  # which instance: intel-rapl:0, a hwmon device, ...
+    source: str  # rapl, hwmon, estimated
+    energy_uj: int | None = None
+    max_energy_uj: int | None = None
+    power_w: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CpuTimes:
+    """Aggregate CPU time from /proc/stat, in seconds since boot."""
+
+    busy_s: float
+    idle_s: float
+    ncpu: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSample:
+    """Cumulative activity of one task (a process, or a cgroup's exited tasks)."""
+
+    key: TaskKey
+    pid: int
+    comm: str
+    cgroup: str  # /proc/<pid>/cgroup content, or a bare cgroup v2 path
+    kernel_thread: bool
+    cpu_seconds: float
+    gpu_ioctls: tuple[tuple[str, int], ...] = ()  # (driver, count), cumulative
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStatus:
+    """Whether a source worked in the last interval, and why not.
+
+    reason is a short, low-cardinality phrase for the source_up label ("absent" when the node
+    simply has no such hardware); detail is the full explanation for logs and `wattprobe check`.
+    """
+
+    source: str
+    up: bool
+    reason: str = ""
+    detail: str = ""
+    duration_s: float = 0.0
+
+
+ABSENT = "absent"
+
+
+class SourceError(Exception):
+    """A source could not produce a reading."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(detail or reason)
+        self.reason = reason
+        self.detail = detail or reason
+
+
+class SourceAbsent(SourceError):
+    """The node has no such hardware or interface: not a fault, but nothing to read."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(ABSENT, detail)

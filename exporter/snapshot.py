@@ -1,0 +1,94 @@
+"""The immutable result of one interval: cumulative counters for every series at one instant.
+
+Scrapes read only the latest Snapshot, so every series in one scrape comes from the same
+instant and the energy sums balance exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporter.readings import SourceStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Energy:
+    """Cumulative joules of one series."""
+
+    zone: str
+    gpu: str  # "" except for zone="gpu"
+    mode: str  # active or idle
+    joules: float
+
+
+@dataclass(frozen=True, slots=True)
+class NodeZoneEnergy:
+    zone: str
+    device: str
+    source: str  # rapl, hwmon, estimated
+    active_j: float
+    idle_j: float
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerCounters:
+    container_id: str
+    pod_uid: str
+    container: str  # name, or the pseudo-container name
+    pod: str
+    namespace: str
+    energy: tuple[Energy, ...]
+    cpu_seconds: float
+    gpu_ioctls: tuple[tuple[str, int], ...]  # (driver, count)
+    retired_processes: tuple[Energy, ...] = ()  # energy of this container's dropped processes
+
+
+@dataclass(frozen=True, slots=True)
+class PodCounters:
+    pod_uid: str
+    pod: str
+    namespace: str
+    energy: tuple[Energy, ...]
+    retired_containers: tuple[Energy, ...] = ()  # energy of this pod's dropped containers
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessCounters:
+    pid: int
+    comm: str
+    container_id: str
+    pod_uid: str
+    container: str
+    energy: tuple[Energy, ...]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    sequence: int
+    timestamp: float  # unix seconds at the end of the interval
+    interval_s: float  # length of the interval that produced the last increments
+    ready: bool  # at least one full interval has been measured
+    cpu_usage_ratio: float | None
+    node_energy: tuple[NodeZoneEnergy, ...]
+    containers: tuple[ContainerCounters, ...]
+    pods: tuple[PodCounters, ...]
+    processes: tuple[ProcessCounters, ...]
+    retired_containers: tuple[Energy, ...]  # all energy of containers already dropped
+    sources: tuple[SourceStatus, ...]
+    attributed_zones: tuple[str, ...]  # node zones whose energy is split among workloads
+
+
+EMPTY_SNAPSHOT = Snapshot(
+    sequence=0,
+    timestamp=0.0,
+    interval_s=0.0,
+    ready=False,
+    cpu_usage_ratio=None,
+    node_energy=(),
+    containers=(),
+    pods=(),
+    processes=(),
+    retired_containers=(),
+    sources=(),
+    attributed_zones=(),
+)

@@ -1,0 +1,117 @@
+"""Power and energy sensors from the hwmon class (/sys/class/hwmon).
+
+power<N>_input / power<N>_average are microwatts (integrated by the monitor over the interval);
+energy<N>_input is a cumulative microjoule counter. Each sensor is its own zone, named from its
+chip and label, because sensors on one board may overlap (a board total and its rails).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from exporter.readings import EnergyReading, SourceAbsent, SourceError
+from exporter.sources.files import read_int, read_text, reason_for, short_error
+
+log = logging.getLogger(__name__)
+
+_SENSOR = re.compile(r"^(power|energy)(\d+)_(input|average)$")
+_UNSAFE = re.compile(r"[^a-z0-9]+")
+
+
+@dataclass(frozen=True, slots=True)
+class HwmonSensor:
+    zone: str  # <chip>_<label>, lower-case
+    device: str  # the hwmon device's bus name, or hwmonN when it has none
+    kind: str  # power or energy
+    path: str
+
+
+def sensor_zone(chip: str, label: str) -> str:
+    return _UNSAFE.sub("_", f"{chip}_{label}".lower()).strip("_")
+
+
+def _chip_dir(hwmon_dir: str) -> str:
+    # Old drivers keep their attributes under hwmonN/device/.
+    if os.path.exists(f"{hwmon_dir}/name"):
+        return hwmon_dir
+    return f"{hwmon_dir}/device"
+
+
+def _device_name(hwmon_dir: str, entry: str) -> str:
+    try:
+        return os.path.basename(os.path.realpath(f"{hwmon_dir}/device"))
+    except OSError:
+        return entry
+
+
+def discover_sensors(hwmon_class: str) -> list[HwmonSensor]:
+    try:
+        entries = sorted(os.listdir(hwmon_class))
+    except FileNotFoundError:
+        return []
+    sensors: list[HwmonSensor] = []
+    for entry in entries:
+        hwmon_dir = f"{hwmon_class}/{entry}"
+        chip_dir = _chip_dir(hwmon_dir)
+        try:
+            chip = read_text(f"{chip_dir}/name")
+            files = os.listdir(chip_dir)
+        except OSError:
+            continue
+        device = _device_name(hwmon_dir, entry) if os.path.islink(f"{hwmon_dir}/device") else entry
+        found: dict[tuple[str, str], str] = {}
+        for fname in files:
+            m = _SENSOR.match(fname)
+            if not m:
+                continue
+            kind, index, suffix = m.groups()
+            key = (kind, index)
+            if suffix == "input" or key not in found:  # *_input wins over *_average
+                found[key] = fname
+        labels_seen: set[str] = set()
+        # energy first: a rail with both a counter and a power reading is counted by its counter
+        for (kind, index), fname in sorted(found.items()):
+            try:
+                label = read_text(f"{chip_dir}/{kind}{index}_label")
+            except OSError:
+                label = f"{'power' if kind == 'power' else 'energy'}{index}"
+            if kind == "power" and label in labels_seen:
+                continue
+            labels_seen.add(label)
+            sensors.append(
+                HwmonSensor(sensor_zone(chip, label), device, kind, f"{chip_dir}/{fname}")
+            )
+    return sensors
+
+
+class HwmonSource:
+    name = "hwmon"
+
+    def __init__(self, sysfs: Path) -> None:
+        self.hwmon_class = str(sysfs / "class" / "hwmon")
+
+    def read(self) -> list[EnergyReading]:
+        sensors = discover_sensors(self.hwmon_class)
+        if not sensors:
+            raise SourceAbsent(f"no hwmon power or energy sensors under {self.hwmon_class}")
+        readings: list[EnergyReading] = []
+        failure: tuple[str, str] | None = None
+        for s in sensors:
+            try:
+                value = read_int(s.path)
+            except (OSError, ValueError) as exc:
+                failure = failure or (reason_for(exc), f"{s.path}: {short_error(exc)}")
+                continue
+            if s.kind == "energy":
+                readings.append(EnergyReading(s.zone, s.device, self.name, energy_uj=value))
+            else:
+                readings.append(EnergyReading(s.zone, s.device, self.name, power_w=value / 1e6))
+        if not readings and failure is not None:
+            raise SourceError(*failure)
+        if failure is not None:
+            log.debug("hwmon: some sensors unreadable: %s", failure[1])
+        return readings

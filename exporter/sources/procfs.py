@@ -1,0 +1,120 @@
+"""Per-process CPU time, comm, start time and cgroup from /proc; node busy/idle from /proc/stat."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from exporter.readings import CpuTimes, SourceError, TaskSample
+from exporter.sources.files import short_error as _short
+
+log = logging.getLogger(__name__)
+
+PF_KTHREAD = 0x00200000  # task flag of kernel threads (include/linux/sched.h)
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True, slots=True)
+class ProcStat:
+    """The fields of /proc/<pid>/stat that wattprobe uses."""
+
+    pid: int
+    comm: str
+    flags: int
+    utime_ticks: int
+    stime_ticks: int
+    start_ticks: int
+
+
+def parse_stat(text: str) -> ProcStat:
+    """Parse /proc/<pid>/stat. comm may hold spaces and ')' so it ends at the *last* ')'."""
+    open_paren = text.find("(")
+    close_paren = text.rfind(")")
+    if open_paren < 0 or close_paren < open_paren:
+        raise ValueError("no (comm) in stat line")
+    rest = text[close_paren + 2 :].split()
+    if len(rest) < 20:
+        raise ValueError("stat line too short")
+    # rest[0] is field 3 (state); field n of proc(5) is rest[n - 3].
+    return ProcStat(
+        pid=int(text[:open_paren]),
+        comm=text[open_paren + 1 : close_paren],
+        flags=int(rest[6]),
+        utime_ticks=int(rest[11]),
+        stime_ticks=int(rest[12]),
+        start_ticks=int(rest[19]),
+    )
+
+
+def parse_cpu_times(text: str) -> CpuTimes:
+    """Parse /proc/stat: busy = user+nice+system+irq+softirq+steal, idle = idle+iowait.
+
+    guest time is already inside user/nice, so it is not added again.
+    """
+    total: list[int] | None = None
+    ncpu = 0
+    for line in text.splitlines():
+        if line.startswith("cpu "):
+            total = [int(v) for v in line.split()[1:9]]
+        elif line.startswith("cpu"):
+            ncpu += 1
+    if total is None or len(total) < 4:
+        raise ValueError("no aggregate cpu line in /proc/stat")
+    total += [0] * (8 - len(total))
+    user, nice, system, idle, iowait, irq, softirq, steal = total
+    busy = user + nice + system + irq + softirq + steal
+    return CpuTimes(
+        busy_s=busy / CLOCK_TICKS, idle_s=(idle + iowait) / CLOCK_TICKS, ncpu=max(ncpu, 1)
+    )
+
+
+class ProcfsSource:
+    """Reads every process's CPU time through a configurable /proc root."""
+
+    name = "procfs"
+
+    def __init__(self, procfs: Path) -> None:
+        self.procfs = procfs
+        self._root = str(procfs)
+
+    def cpu_times(self) -> CpuTimes:
+        try:
+            with open(f"{self._root}/stat") as f:
+                return parse_cpu_times(f.read())
+        except (OSError, ValueError) as exc:
+            raise SourceError("read error", f"{self._root}/stat: {_short(exc)}") from exc
+
+    def tasks(self) -> list[TaskSample]:
+        """One sample per live process. Processes that exit while being read are skipped."""
+        try:
+            names = os.listdir(self._root)
+        except OSError as exc:
+            raise SourceError("read error", f"cannot list {self._root}: {_short(exc)}") from exc
+        samples: list[TaskSample] = []
+        for name in names:
+            if not name.isdigit():
+                continue
+            base = f"{self._root}/{name}"
+            try:
+                with open(f"{base}/stat") as f:
+                    stat = parse_stat(f.read())
+                with open(f"{base}/cgroup") as f:
+                    cgroup = f.read()
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # exited between listing and reading
+            except (OSError, ValueError) as exc:
+                log.debug("skipping %s: %s", base, exc)
+                continue
+            samples.append(
+                TaskSample(
+                    key=(stat.pid, stat.start_ticks),
+                    pid=stat.pid,
+                    comm=stat.comm,
+                    cgroup=cgroup,
+                    kernel_thread=bool(stat.flags & PF_KTHREAD),
+                    cpu_seconds=(stat.utime_ticks + stat.stime_ticks) / CLOCK_TICKS,
+                )
+            )
+        return samples

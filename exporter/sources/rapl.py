@@ -1,0 +1,100 @@
+"""RAPL energy counters from the powercap class (/sys/class/powercap).
+
+Zones are intel-rapl:N (package-N, or psys), their subzones intel-rapl:N:M (core, uncore, dram),
+intel-rapl-mmio:N (the same package counter again, read through MMIO) and whatever else the
+powercap class offers with an energy_uj file (AMD CPUs use the same driver names).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from exporter.readings import EnergyReading, SourceAbsent, SourceError
+from exporter.sources.files import read_int, read_text, reason_for, short_error
+
+log = logging.getLogger(__name__)
+
+_INDEX_SUFFIX = re.compile(r"-\d+$")
+
+FIX_PERMISSION = (
+    "energy_uj is readable by root only since Linux 5.10 (CVE-2020-8694): run as root, "
+    "or grant CAP_DAC_READ_SEARCH"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RaplZone:
+    device: str  # powercap directory name, e.g. intel-rapl:0:1
+    name: str  # content of its name file, e.g. package-0, dram
+    zone: str  # the name without its socket suffix: package, dram, core, uncore, psys
+    path: str
+    max_energy_uj: int | None
+
+
+def zone_kind(name: str) -> str:
+    """'package-1' -> 'package'; 'dram' -> 'dram'."""
+    return _INDEX_SUFFIX.sub("", name.strip().lower()) or "unknown"
+
+
+def discover_zones(powercap: str) -> tuple[list[RaplZone], list[str]]:
+    """All zones with an energy counter, minus MMIO duplicates of MSR zones.
+
+    Returns the zones and the names of the duplicates left out.
+    """
+    try:
+        entries = sorted(os.listdir(powercap))
+    except FileNotFoundError:
+        return [], []
+    zones: list[RaplZone] = []
+    for entry in entries:
+        path = f"{powercap}/{entry}"
+        if ":" not in entry or not os.path.exists(f"{path}/energy_uj"):
+            continue  # control-type directories (intel-rapl) and zones without a counter
+        try:
+            name = read_text(f"{path}/name")
+        except OSError:
+            name = entry
+        try:
+            max_uj: int | None = read_int(f"{path}/max_energy_range_uj")
+        except (OSError, ValueError):
+            max_uj = None
+        zones.append(RaplZone(entry, name, zone_kind(name), path, max_uj))
+    msr_names = {z.name for z in zones if "-mmio" not in z.device}
+    kept = [z for z in zones if "-mmio" not in z.device or z.name not in msr_names]
+    dropped = [f"{z.device} ({z.name})" for z in zones if z not in kept]
+    return kept, dropped
+
+
+class RaplSource:
+    name = "rapl"
+
+    def __init__(self, sysfs: Path) -> None:
+        self.powercap = str(sysfs / "class" / "powercap")
+        self.duplicates: list[str] = []
+
+    def read(self) -> list[EnergyReading]:
+        """Every zone's counter. Zones that fail are left out; if all fail, SourceError."""
+        zones, self.duplicates = discover_zones(self.powercap)
+        if not zones:
+            raise SourceAbsent(f"no RAPL zones with energy_uj under {self.powercap}")
+        readings: list[EnergyReading] = []
+        failure: tuple[str, str] | None = None
+        for z in zones:
+            try:
+                energy = read_int(f"{z.path}/energy_uj")
+            except (OSError, ValueError) as exc:
+                failure = failure or (reason_for(exc), f"{z.path}/energy_uj: {short_error(exc)}")
+                continue
+            readings.append(EnergyReading(z.zone, z.device, self.name, energy, z.max_energy_uj))
+        if not readings and failure is not None:
+            reason, detail = failure
+            if reason == "permission denied":
+                detail = f"{detail}; {FIX_PERMISSION}"
+            raise SourceError(reason, detail)
+        if failure is not None:
+            log.debug("rapl: some zones unreadable: %s", failure[1])
+        return readings

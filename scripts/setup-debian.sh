@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Set up a Debian 12 machine (as root) to run or test wattprobe from this checkout.
+# Idempotent: packages already present are not fetched again, the venv is reused.
+#   scripts/setup-debian.sh run    runtime needs only
+#   scripts/setup-debian.sh test   runtime + everything the test suite drives for real
+set -euo pipefail
+profile=${1:-run}
+here=$(cd "$(dirname "$0")/.." && pwd)
+venv=${WATTPROBE_VENV:-$here/.venv}
+
+runtime_pkgs=(python3 python3-venv make python3-bpfcc linux-headers-amd64)
+test_pkgs=(git gcc libc6-dev prometheus prometheus-alertmanager prometheus-node-exporter tmux libcap2-bin)
+
+pkgs=("${runtime_pkgs[@]}")
+[ "$profile" = test ] && pkgs+=("${test_pkgs[@]}")
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  # Debian's service scripts would start prometheus & co. on install; the tests start their own.
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d.wattprobe
+  chmod +x /usr/sbin/policy-rc.d.wattprobe
+  [ -e /usr/sbin/policy-rc.d ] || ln -s policy-rc.d.wattprobe /usr/sbin/policy-rc.d
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+  if [ "$(readlink /usr/sbin/policy-rc.d 2>/dev/null)" = policy-rc.d.wattprobe ]; then rm -f /usr/sbin/policy-rc.d; fi
+  rm -f /usr/sbin/policy-rc.d.wattprobe
+fi
+
+# Debian's python is the one python3-bpfcc is built for; the venv uses it too.
+if [ ! -x "$venv/bin/python" ]; then
+  /usr/bin/python3 -m venv "$venv"
+fi
+stamp="$venv/.installed-$profile"
+if [ ! -e "$stamp" ] || [ "$here/pyproject.toml" -nt "$stamp" ]; then
+  "$venv/bin/pip" install -q --upgrade pip
+  if [ "$profile" = test ]; then
+    "$venv/bin/pip" install -q -e "$here[test]"
+  else
+    "$venv/bin/pip" install -q -e "$here"
+  fi
+  touch "$stamp"
+fi
+
+# Make Debian's bcc importable from the venv without exposing all of dist-packages:
+# a .pth names a folder holding nothing but a link to the bcc package.
+site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+if [ -d /usr/lib/python3/dist-packages/bcc ]; then
+  mkdir -p "$venv/debian-bcc"
+  ln -sfn /usr/lib/python3/dist-packages/bcc "$venv/debian-bcc/bcc"
+  echo "$venv/debian-bcc" > "$site/debian-bcc.pth"
+fi
+
+# tracefs is where bcc attaches tracepoints; some minimal systems leave it unmounted.
+if [ -d /sys/kernel/tracing ] && ! mountpoint -q /sys/kernel/tracing; then
+  mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null || echo "setup: could not mount tracefs (eBPF will fall back to /proc)" >&2
+fi
