@@ -48,6 +48,9 @@ class SnapshotCollector(Collector):
         info = _family("build_info", "wattprobe build, value 1.", "gauge")
         _add(info, {"version": __version__, "python": platform.python_version()}, 1)
         yield info
+        intervals = _family("intervals", "Attribution intervals completed since start.", "counter")
+        _add(intervals, {}, snap.sequence)
+        yield intervals
         up = _family(
             "source_up",
             "1 if the source worked in the last interval; reason says why not.",

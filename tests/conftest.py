@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fixturehost import FixtureHost
+from tests.running import ExporterProcess, start_exporter
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+StartExporter = Callable[..., ExporterProcess]
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> FixtureHost:
+    """A writable copy of the checked-in sys/proc fixture trees."""
+    return FixtureHost.copy_of(FIXTURES, tmp_path / "host")
+
+
+@pytest.fixture
+def exporter(tmp_path: Path) -> Iterator[StartExporter]:
+    """Starts `wattprobe serve ARGS...` subprocesses on free loopback ports; stops them after."""
+    started: list[ExporterProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> ExporterProcess:
+        proc = start_exporter(list(args), log_dir=tmp_path, env=env)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()

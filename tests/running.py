@@ -1,0 +1,142 @@
+"""Run `wattprobe serve` as a subprocess on a free loopback port, and read its /metrics."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+REPO = Path(__file__).resolve().parent.parent
+
+# (name, labels) -> value
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def parse_samples(text: str) -> Samples:
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples[(s.name, frozenset(s.labels.items()))] = s.value
+    return samples
+
+
+def select(samples: Samples, name: str, **labels: str) -> dict[frozenset[tuple[str, str]], float]:
+    """The samples of one metric whose labels include the given ones."""
+    want = set(labels.items())
+    return {lbl: v for (n, lbl), v in samples.items() if n == name and want <= lbl}
+
+
+@dataclass
+class ExporterProcess:
+    proc: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def get(self, path: str = "/metrics", timeout: float = 5.0) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=timeout) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+
+    def metrics(self) -> str:
+        status, body = self.get()
+        assert status == 200, body
+        return body
+
+    def samples(self) -> Samples:
+        return parse_samples(self.metrics())
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for(self, path: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"exporter exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if self.get(path, timeout=1.0)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"{path} not 200 after {timeout}s:\n{self.log()}")
+
+    def wait_next_interval(self, timeout: float = 30.0) -> str:
+        """Block until a new snapshot is served (its interval counter moved); return it."""
+        before = _interval_count(self.metrics())
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            body = self.metrics()
+            if _interval_count(body) != before:
+                return body
+            time.sleep(0.02)
+        raise AssertionError(f"no new interval within {timeout}s:\n{self.log()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _interval_count(body: str) -> float:
+    for line in body.splitlines():
+        if line.startswith("wattprobe_intervals_total "):
+            return float(line.split()[1])
+    return -1.0
+
+
+def start_exporter(
+    args: list[str], log_dir: Path, env: dict[str, str] | None = None, wait: str = "/healthz"
+) -> ExporterProcess:
+    port = free_port()
+    log_path = log_dir / f"exporter-{port}.log"
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                "serve",
+                "--web.listen-address",
+                f"127.0.0.1:{port}",
+                *args,
+            ],
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=full_env,
+        )
+    running = ExporterProcess(proc, port, log_path)
+    try:
+        running.wait_for(wait)
+    except BaseException:
+        running.stop()
+        raise
+    return running
