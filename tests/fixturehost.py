@@ -107,7 +107,7 @@ class FixtureHost:
         d = self.procfs / str(pid)
         d.mkdir()
         (d / "cgroup").write_text(cgroup)
-        write_atomic(d / "stat", stat_line(pid, comm, utime, 0, start, flags))
+        write_atomic(d / "stat", stat_line(pid, comm, utime, 0, start=start, flags=flags))
 
     def remove_process(self, pid: int) -> None:
         shutil.rmtree(self.procfs / str(pid))
