@@ -20,7 +20,7 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def stat_line(
-    pid: int, comm: str, utime: int, stime: int, start: int, flags: int = 0x400100
+    pid: int, comm: str, utime: int, stime: int, *, start: int, flags: int = 0x400100
 ) -> str:
     """A /proc/<pid>/stat line in the kernel's format (fields after comm as in proc(5))."""
     fields = ["S", "1", str(pid), str(pid), "0", "-1", str(flags), "100", "0", "0", "0"]
