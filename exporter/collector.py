@@ -102,6 +102,7 @@ class SnapshotCollector(Collector):
                 "container": c.container,
                 "pod": c.pod,
                 "namespace": c.namespace,
+                "pod_uid": c.pod_uid,
             }
             _energy_samples(container_energy, c.energy, ids)
             _add(cpu, ids, c.cpu_seconds)
