@@ -66,7 +66,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "container_energy_joules",
         "counter",
         "Energy attributed to a container, per zone kind and mode. Pseudo-containers "
-        'container="system_processes" and "kernel_processes" hold host processes and kernel threads.',
+        'container="system_processes" and "kernel_processes" hold host processes and kernel '
+        "threads.",
         ("zone", "mode", *WORKLOAD_LABELS),
         ("gpu",),
     ),
