@@ -146,8 +146,10 @@ class Monitor:
 
         self._node = CounterTable[ZoneId, str]()
         self._container_energy = CounterTable[ContainerRef, EnergyKey]()
-        self._container_cpu = CounterTable[ContainerRef, str]()
-        self._container_ioctls = CounterTable[ContainerRef, str]()
+        # Activity totals of the containers in _container_energy, which alone decides when a
+        # container's series end, so all of a container's series live and go together.
+        self._container_cpu: dict[ContainerRef, float] = {}
+        self._container_ioctls: dict[ContainerRef, dict[str, float]] = {}
         self._pod_energy = CounterTable[str, EnergyKey]()
         self._process_energy = CounterTable[tuple[TaskKey, ContainerRef], EnergyKey]()
         self._process_meta: dict[tuple[TaskKey, ContainerRef], tuple[int, str]] = {}
@@ -269,7 +271,10 @@ class Monitor:
                 continue  # first reading of this zone: a baseline
             old, old_stamp = before
             dt = stamp - old_stamp
-            energy_j = _energy_between(old, reading, dt)
+            # A wrap is only recognised between readings of consecutive intervals: after a gap a
+            # lower value could be a wrap or a reset, and inventing energy is worse than losing it.
+            consecutive = prev is not None and old_stamp >= prev.time
+            energy_j = _energy_between(old, reading, dt, wrap_allowed=consecutive)
             if energy_j is None:
                 log.warning("%s %s (%s): counter reset or implausible jump; re-baselined", *zid)
                 continue
@@ -397,15 +402,14 @@ class Monitor:
     ) -> None:
         for ref in set(owner.values()):
             self._container_energy.touch(ref, now)
-            self._container_cpu.touch(ref, now)
-            self._container_ioctls.touch(ref, now)
             if ref.pod_uid:
                 self._pod_energy.touch(ref.pod_uid, now)
         for task, seconds in cpu_deltas.items():
-            self._container_cpu.add(owner[task], "cpu", seconds, now)
+            ref = owner[task]
+            self._container_cpu[ref] = self._container_cpu.get(ref, 0.0) + seconds
         for task, counts in ioctl_deltas.items():
             for driver, n in counts.items():
-                self._container_ioctls.add(owner[task], driver, float(n), now)
+                add_into(self._container_ioctls.setdefault(owner[task], {}), {driver: float(n)})
 
     def _expire(self, now: float) -> None:
         retention = self.settings.retention_s
@@ -418,8 +422,8 @@ class Monitor:
             if ref.pod_uid:
                 add_into(self._pod_retired.setdefault(ref.pod_uid, {}), totals)
             self._container_retired.pop(ref, None)
-        self._container_cpu.expire(now, retention)
-        self._container_ioctls.expire(now, retention)
+            self._container_cpu.pop(ref, None)
+            self._container_ioctls.pop(ref, None)
         for pod_uid, _ in self._pod_energy.expire(now, retention):
             self._pod_retired.pop(pod_uid, None)
         # Node zones never expire: they are bounded by the hardware, and the workload energy
@@ -453,8 +457,8 @@ class Monitor:
         containers = []
         for ref, energy in self._container_energy.items():
             namespace, pod, name = self._names.container(ref)
-            cpu = self._container_cpu.totals(ref).get("cpu", 0.0)
-            ioctls = self._container_ioctls.totals(ref)
+            cpu = self._container_cpu.get(ref, 0.0)
+            ioctls = self._container_ioctls.get(ref, {})
             containers.append(
                 ContainerCounters(
                     container_id=ref.container_id,
@@ -556,13 +560,17 @@ def _cpu_usage(prev: CpuTimes | None, cur: CpuTimes | None) -> float | None:
     return min(busy / total, 1.0)
 
 
-def _energy_between(old: EnergyReading, new: EnergyReading, dt: float) -> float | None:
+def _energy_between(
+    old: EnergyReading, new: EnergyReading, dt: float, *, wrap_allowed: bool
+) -> float | None:
     """Joules between two readings of one zone, or None when the step cannot be trusted."""
+    max_power = new.max_power_w or MAX_PLAUSIBLE_POWER_W
     if new.energy_uj is not None and old.energy_uj is not None:
-        delta = counter_delta_uj(old.energy_uj, new.energy_uj, new.max_energy_uj, dt)
+        max_range = new.max_energy_uj if wrap_allowed else None
+        delta = counter_delta_uj(old.energy_uj, new.energy_uj, max_range, dt, max_power)
         return None if delta is None else delta / 1e6
     if new.power_w is not None and old.power_w is not None:
-        if not (math.isfinite(new.power_w) and 0 <= new.power_w <= MAX_PLAUSIBLE_POWER_W):
+        if not (math.isfinite(new.power_w) and 0 <= new.power_w <= max_power):
             return None
         return integrate_power_j(old.power_w, new.power_w, dt)
     return None
