@@ -226,6 +226,8 @@ class NvmlSource:
         self._nvml_version = ""
         self._cuda_version = ""
         self._watcher: XidWatcher | None = None
+        # XIDs counted by watchers before NVML was re-initialised: counts only ever grow
+        self._xids_before: dict[int, dict[int, int]] = {}
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -299,6 +301,10 @@ class NvmlSource:
     def _stop(self) -> None:
         if self._watcher is not None:
             self._watcher.stop()
+            for dev in self._devices:
+                before = self._xids_before.setdefault(dev.index, {})
+                for xid, n in self._watcher.counts(dev.index).items():
+                    before[xid] = before.get(xid, 0) + n
             self._watcher = None
         if self._initialized:
             self._initialized = False
@@ -450,9 +456,11 @@ class NvmlSource:
         )
 
     def _xids(self, index: int) -> tuple[tuple[int, int], ...]:
-        if self._watcher is None:
-            return ()
-        return tuple(sorted(self._watcher.counts(index).items()))
+        counts = dict(self._xids_before.get(index, {}))
+        if self._watcher is not None:
+            for xid, n in self._watcher.counts(index).items():
+                counts[xid] = counts.get(xid, 0) + n
+        return tuple(sorted(counts.items()))
 
     @staticmethod
     def _processes(calls: _Calls, handle: Any) -> tuple[GpuProcess, ...]:

@@ -138,6 +138,7 @@ static char *file_text;
 static char loaded_path[4096];
 static struct stat loaded_stat;
 static int init_count;
+static unsigned long long calls; /* API calls that consulted the scenario (for benchmarks) */
 static struct fake_device devices[MAX_GPUS];
 static struct fake_device mig_devices[MAX_GPUS][MAX_MIG];
 
@@ -168,6 +169,7 @@ static void parse(char *text) {
 
 /* Re-reads the scenario when the file changed. Called with the lock held. */
 static void refresh(void) {
+    calls++;
     const char *path = getenv("WATTPROBE_FAKE_NVML_SCENARIO");
     struct stat st;
     if (path == NULL || stat(path, &st) != 0) {
@@ -293,6 +295,14 @@ static nvmlReturn_t read_ull(const char *pre, const char *key, unsigned long lon
 }
 
 /* ---- library ---------------------------------------------------------------------------------- */
+
+/* Not an NVML function: how many calls the fake has answered, for the benchmark. */
+unsigned long long fakeNvmlCallCount(void) {
+    pthread_mutex_lock(&lock);
+    unsigned long long n = calls;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
 
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     (void)flags;

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -334,6 +335,7 @@ def test_no_library_leaves_the_rest_working(
     reason = "library not found" if driver_loaded else "absent"
     assert one(samples, "wattprobe_source_up", source="nvml") == 0
     assert one(samples, "wattprobe_source_up", source="nvml", reason=reason) == 0
+    assert "Traceback" not in proc.log()
     assert not [name for name, _ in samples if name.startswith("wattprobe_gpu_")]
     assert one(samples, "wattprobe_source_up", source="rapl") == 1
     # CPU energy is still attributed to containers
@@ -351,7 +353,7 @@ def test_check_reports_gpus_and_missing_library(
         result = subprocess.run(
             [sys.executable, "-m", "exporter", "check", "--json", *host.args()],
             cwd=REPO,
-            env={**dict(__import__("os").environ), **env},
+            env={**os.environ, **env},
             capture_output=True,
             text=True,
             timeout=60,
@@ -371,3 +373,14 @@ def test_check_reports_gpus_and_missing_library(
     assert code == 0  # RAPL and /proc still work
     assert nvml["ok"] is False
     assert str(nvml["reason"]).startswith("absent")
+
+
+def test_nvml_collector_can_be_switched_off(
+    exporter: StartExporter, host: FixtureHost, h100: Scenario, exporter_env: Env
+) -> None:
+    proc = exporter(
+        *host.args(), "--interval", INTERVAL, "--no-collector.nvml", env=exporter_env(h100)
+    )
+    samples = settle(proc)
+    assert not select(samples, "wattprobe_source_up", source="nvml")
+    assert not [name for name, _ in samples if name.startswith("wattprobe_gpu_")]

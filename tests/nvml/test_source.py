@@ -320,6 +320,28 @@ def test_xid_events_are_counted_and_the_watcher_stops(
         pynvml.nvmlDeviceGetCount()
 
 
+def test_xid_counts_survive_an_nvml_reinitialisation(
+    scenario: LoadScenario, sources: list[NvmlSource], tmp_path: Path
+) -> None:
+    s = scenario("h100x8-timesliced")
+    source = new_source(sources, tmp_path)
+    source.read()
+    s.add_event(gpu=4, xid=94)
+    s.write()
+    wait_for_xids(source, 4, ((94, 1),))
+    s["gpu.0.error.power"] = pynvml.NVML_ERROR_UNINITIALIZED  # NVML goes away ...
+    s.write()
+    with pytest.raises(SourceError):
+        source.read()
+    del s["gpu.0.error.power"]  # ... and comes back with a new event set
+    s.write()
+    assert gpu(source.read(), 4).xid_errors == ((94, 1),)
+    s.add_event(gpu=4, xid=94)
+    s.write()
+    wait_for_xids(source, 4, ((94, 2),))
+    assert len(xid_threads()) == 1
+
+
 def test_xid_watch_reports_gpus_without_event_support(
     scenario: LoadScenario, sources: list[NvmlSource], tmp_path: Path
 ) -> None:
