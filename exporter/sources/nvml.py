@@ -257,7 +257,7 @@ class NvmlSource:
             return
         now = self._clock()
         if self._failure is not None and now < self._retry_at:
-            raise self._failure
+            raise _fresh(self._failure)  # a new object: re-raising one grows its traceback
         try:
             self._start()
         except SourceError as exc:
@@ -532,6 +532,12 @@ class NvmlSource:
 # -- helpers ---------------------------------------------------------------------------------
 
 NVML_INVALID_ID = 0xFFFFFFFF
+
+
+def _fresh(exc: SourceError) -> SourceError:
+    if isinstance(exc, SourceAbsent):
+        return SourceAbsent(exc.detail)
+    return SourceError(exc.reason, exc.detail)
 
 
 def _shutdown() -> None:

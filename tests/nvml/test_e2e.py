@@ -297,17 +297,23 @@ def test_pre_volta_gpu_integrates_power(
         *host.args(), "--interval", "0.5s", "--power.idle", "gpu=25", env=exporter_env(p100)
     )
     settle(proc)
-    first = parse_samples(proc.metrics())
-    for _ in range(6):
+    first = parse_samples(proc.wait_next_interval())
+    t_first = time.monotonic()  # within a poll (20 ms) of the snapshot's publication
+    for _ in range(5):
         proc.wait_next_interval()
-    last = parse_samples(proc.metrics())
+    last = parse_samples(proc.wait_next_interval())
+    t_last = time.monotonic()
 
-    def energy(samples: Samples) -> float:
-        return total(samples, "wattprobe_gpu_energy_joules_total", gpu="0", source="nvml_power")
+    def energy(samples: Samples, mode: str = "") -> float:
+        labels = {"mode": mode} if mode else {}
+        return total(
+            samples, "wattprobe_gpu_energy_joules_total", gpu="0", source="nvml_power", **labels
+        )
 
-    intervals = one(last, "wattprobe_intervals_total") - one(first, "wattprobe_intervals_total")
-    # constant 125 W: the integral over the intervals, whose spacing the loop keeps at 0.5 s
-    assert energy(last) - energy(first) == pytest.approx(125.0 * 0.5 * intervals, rel=0.05)
+    # constant 125 W integrated over the time between the two snapshots
+    assert energy(last) - energy(first) == pytest.approx(125.0 * (t_last - t_first), rel=0.05)
+    # and exactly per interval: idle is 25 W * dt of the same intervals, so 25/125 of the total
+    assert energy(last, "idle") / energy(last) == pytest.approx(0.2, rel=1e-9)
     assert not select(last, "wattprobe_gpu_energy_joules_total", source="nvml_energy")
     pod_active = one(
         last,

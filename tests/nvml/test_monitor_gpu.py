@@ -185,7 +185,7 @@ def test_gpu_process_without_a_task_goes_to_unknown_processes() -> None:
     assert_gpu_invariants(snap)
 
 
-def test_memory_then_ioctl_then_even_fallbacks_in_the_monitor() -> None:
+def test_memory_then_ioctl_fallbacks_in_the_monitor() -> None:
     gpus, clock = ScriptedGpus(), Clock()
     pods = [POD_A, POD_B]
     tasks = [task(p) for p in pods]

@@ -260,8 +260,10 @@ def test_init_is_retried_after_the_retry_interval(
     del s["init_error"]
     s.write()
     now[0] += 30  # before the retry time the cached failure stands: no init storm
-    with pytest.raises(SourceError):
+    with pytest.raises(SourceError) as again:
         source.read()
+    assert again.value is not first.value
+    assert (again.value.reason, again.value.detail) == (first.value.reason, first.value.detail)
     now[0] += 31
     assert len(source.read().gpus) == 8
 
