@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-test run test pytest lint bench golden docs clean
+.PHONY: help setup setup-test run test pytest fmt lint bench golden docs clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -22,6 +22,10 @@ test: setup-test lint pytest ## lint, type-check and run the whole test suite (w
 
 pytest: ## run the test suite only (ARGS=... passes pytest options)
 	$(PY) -m pytest $(ARGS)
+
+fmt: ## let ruff fix what it can and format the code
+	$(PY) -m ruff check --fix -q exporter tests
+	$(PY) -m ruff format -q exporter tests
 
 lint: ## ruff and mypy, both must be clean
 	$(PY) -m ruff check exporter tests

@@ -276,6 +276,7 @@ def run_server(config: Config) -> None:
     server.shutdown()
     server.server_close()
     loop_thread.join(timeout=10)
+    monitor.close()
 
 
 @cli.command()

@@ -13,6 +13,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from exporter import __version__
+from exporter.gpu.collect import gpu_families
 from exporter.metrics import BY_NAME, PREFIX
 from exporter.snapshot import Energy, Snapshot
 
@@ -44,6 +45,7 @@ class SnapshotCollector(Collector):
         yield from self._self_metrics(snap)
         yield from self._node_metrics(snap)
         yield from self._workload_metrics(snap)
+        yield from gpu_families(snap)
 
     def _self_metrics(self, snap: Snapshot) -> Iterator[Metric]:
         info = _family("build_info")

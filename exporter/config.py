@@ -36,6 +36,7 @@ COLLECTOR_DEFAULTS: dict[str, bool] = {
     "rapl": True,
     "hwmon": True,
     "estimate": True,
+    "nvml": True,
     "process": False,
 }
 

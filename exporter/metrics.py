@@ -11,6 +11,8 @@ from dataclasses import dataclass
 PREFIX = "wattprobe_"
 
 WORKLOAD_LABELS = ("container_id", "container", "pod", "namespace", "pod_uid")
+GPU_LABELS = ("gpu", "uuid")
+MIG_LABELS = ("gpu_instance", "compute_instance")
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,139 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Energy attributed to a process (opt-in: --collector.process).",
         ("zone", "mode", "pid", "comm", "container_id", "container"),
         ("gpu",),
+    ),
+    # -- GPUs (exporter/gpu/collect.py) ----------------------------------------------------
+    MetricSpec(
+        "gpu_info",
+        "gauge",
+        "GPU identity, value 1: model, PCI bus id, driver and CUDA versions, MIG mode.",
+        ("gpu", "uuid", "model", "pci_bus_id", "driver_version", "cuda_version", "mig_mode"),
+        section="GPUs",
+    ),
+    MetricSpec(
+        "gpu_lost",
+        "gauge",
+        "1 when NVML reports the GPU lost (off the bus or needing a reset).",
+        GPU_LABELS,
+        section="GPUs",
+    ),
+    MetricSpec(
+        "gpu_utilization_ratio",
+        "gauge",
+        "Fraction of the last sample period a kernel ran on the GPU.",
+        GPU_LABELS,
+        section="GPUs",
+    ),
+    MetricSpec(
+        "gpu_memory_utilization_ratio",
+        "gauge",
+        "Fraction of the last sample period device memory was read or written.",
+        GPU_LABELS,
+        section="GPUs",
+    ),
+    MetricSpec(
+        "gpu_memory_used_bytes",
+        "gauge",
+        "GPU memory in use (driver reservation excluded); per MIG instance with gpu_instance. "
+        'Sum whole GPUs with {gpu_instance=""}.',
+        GPU_LABELS,
+        MIG_LABELS,
+        section="GPUs",
+    ),
+    MetricSpec(
+        "gpu_memory_total_bytes",
+        "gauge",
+        "GPU memory size; per MIG instance with gpu_instance.",
+        GPU_LABELS,
+        MIG_LABELS,
+        section="GPUs",
+    ),
+    MetricSpec(
+        "gpu_memory_reserved_bytes",
+        "gauge",
+        "GPU memory reserved by the driver.",
+        GPU_LABELS,
+        section="GPUs",
+    ),
+    MetricSpec(
+        "gpu_temperature_celsius", "gauge", "GPU core temperature.", GPU_LABELS, section="GPUs"
+    ),
+    MetricSpec("gpu_power_watts", "gauge", "GPU board power draw.", GPU_LABELS, section="GPUs"),
+    MetricSpec(
+        "gpu_power_limit_watts",
+        "gauge",
+        "Power limit the driver enforces.",
+        GPU_LABELS,
+        section="GPUs",
+    ),
+    MetricSpec(
+        "gpu_energy_joules",
+        "counter",
+        "GPU energy since wattprobe started, split into active and idle; source says whether "
+        "from the energy counter (nvml_energy) or integrated power (nvml_power). The sum over "
+        'containers of zone="gpu",gpu=<index> equals this GPU\'s active energy.',
+        (*GPU_LABELS, "mode", "source"),
+        section="GPUs",
+    ),
+    MetricSpec(
+        "gpu_clock_hertz",
+        "gauge",
+        "Current clock frequency (sm, memory).",
+        (*GPU_LABELS, "clock"),
+        section="GPUs",
+    ),
+    MetricSpec(
+        "gpu_clock_event_active",
+        "gauge",
+        "1 while the reason holds the GPU's clocks down (NVML clock event reasons).",
+        (*GPU_LABELS, "reason"),
+        section="GPUs",
+    ),
+    MetricSpec(
+        "gpu_pcie_replays",
+        "counter",
+        "PCIe replays since the driver loaded.",
+        GPU_LABELS,
+        section="GPUs",
+    ),
+    MetricSpec(
+        "gpu_ecc_errors",
+        "counter",
+        "ECC errors since the driver loaded (volatile), by type (corrected, uncorrected).",
+        (*GPU_LABELS, "type"),
+        section="GPUs",
+    ),
+    MetricSpec(
+        "gpu_xid_errors",
+        "counter",
+        "XID error events seen since wattprobe started, by XID.",
+        (*GPU_LABELS, "xid"),
+        section="GPUs",
+    ),
+    MetricSpec(
+        "gpu_processes", "gauge", "Processes with a context on the GPU.", GPU_LABELS, section="GPUs"
+    ),
+    MetricSpec(
+        "gpu_mig_info",
+        "gauge",
+        "MIG device (compute instance) identity, value 1: its UUID and profile.",
+        (*GPU_LABELS, *MIG_LABELS, "mig_uuid", "profile"),
+        section="GPUs",
+    ),
+    MetricSpec(
+        "gpu_attribution_intervals",
+        "counter",
+        "Intervals in which the GPU's active energy was split by each method "
+        "(sm, memory, mig_memory, ioctl, even, none).",
+        (*GPU_LABELS, "method"),
+        section="GPUs",
+    ),
+    MetricSpec(
+        "container_gpu_memory_used_bytes",
+        "gauge",
+        "GPU memory held by a container's processes, per GPU.",
+        ("gpu", *WORKLOAD_LABELS),
+        section="GPUs",
     ),
 )
 

@@ -21,6 +21,8 @@ from exporter.attribution import (
 )
 from exporter.config import IdleAttribution, IdlePower
 from exporter.counters import MAX_PLAUSIBLE_POWER_W, counter_delta_uj, integrate_power_j
+from exporter.gpu.accounting import GpuAccounting, GpuSource
+from exporter.gpu.attribution import GpuHolders
 from exporter.idle import IdleBaseline
 from exporter.ledger import CounterTable, add_into
 from exporter.readings import (
@@ -128,6 +130,8 @@ class Monitor:
         names: WorkloadNames | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        gpus: GpuSource | None = None,
+        gpu_holders: GpuHolders | None = None,
     ) -> None:
         self._cpu = cpu
         self._activity = activity
@@ -156,6 +160,11 @@ class Monitor:
         self._retired_containers: dict[EnergyKey, float] = {}
         self._pod_retired: dict[str, dict[EnergyKey, float]] = {}
         self._container_retired: dict[ContainerRef, dict[EnergyKey, float]] = {}
+        # GPUs: read like a power source, accounted per device (exporter/gpu/accounting.py)
+        self._gpus = gpus
+        self._gpu = GpuAccounting(
+            idle_power=settings.idle_power, idle_policy=settings.idle_policy, holders=gpu_holders
+        )
 
     @property
     def snapshot(self) -> Snapshot:
@@ -177,6 +186,8 @@ class Monitor:
             readings.extend((r, stamp) for r in got or ())
         if readings:
             self._measured_seen = True
+        gpu_reading = self._read(self._gpus.name, self._gpus.read, statuses) if self._gpus else None
+        gpu_stamp = self._clock()
 
         prev = self._prev
         dt = now - prev.time if prev else 0.0
@@ -191,6 +202,16 @@ class Monitor:
 
         attributed = self._workload_zones(zone_energy)
         zones = self._attributable(zone_energy, attributed, cpu_deltas)
+        gpu = self._gpu.interval(
+            gpu_reading,
+            gpu_stamp,
+            tasks=task_list,
+            ioctl_deltas=ioctl_deltas,
+            owner=owner,
+        )
+        statuses.extend(gpu.statuses)
+        owner = {**owner, **gpu.owner}  # GPU processes with no task get pseudo tasks
+        zones.extend(gpu.zones)
         split = attribute(zones, owner, with_tasks=self.settings.with_processes)
 
         self._accumulate(
@@ -426,8 +447,8 @@ class Monitor:
             self._container_ioctls.pop(ref, None)
         for pod_uid, _ in self._pod_energy.expire(now, retention):
             self._pod_retired.pop(pod_uid, None)
-        # Node zones never expire: they are bounded by the hardware, and the workload energy
-        # already handed out (retired containers included) must keep adding up to them.
+        # Node zones and GPUs never expire: they are bounded by the hardware, and the workload
+        # energy already handed out (retired containers included) must keep adding up to them.
 
     def _next_energy_baseline(
         self, prev: _Previous | None, readings: Sequence[tuple[EnergyReading, float]]
@@ -511,7 +532,14 @@ class Monitor:
             retired_containers=_energy_items(self._retired_containers),
             sources=tuple(statuses),
             attributed_zones=attributed,
+            gpus=self._gpu.counters(),
+            gpu_container_memory=self._gpu.container_memory(self._names.container),
         )
+
+    def close(self) -> None:
+        """Release what sources hold (NVML and its event thread). Call after the loop ended."""
+        if self._gpus is not None:
+            self._gpus.close()
 
     # -- the loop -------------------------------------------------------------------------
 

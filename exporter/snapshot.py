@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.gpu.snapshot import ContainerGpuMemory, GpuCounters
 from exporter.readings import SourceStatus, TaskKey
 
 
@@ -77,6 +78,8 @@ class Snapshot:
     retired_containers: tuple[Energy, ...]  # all energy of containers already dropped
     sources: tuple[SourceStatus, ...]
     attributed_zones: tuple[str, ...]  # node zones whose energy is split among workloads
+    gpus: tuple[GpuCounters, ...] = ()
+    gpu_container_memory: tuple[ContainerGpuMemory, ...] = ()
 
 
 EMPTY_SNAPSHOT = Snapshot(
