@@ -427,7 +427,6 @@ class Layout:
 
 def datasource_variable() -> JSON:
     return {
-        "current": {},
         "hide": 0,
         "includeAll": False,
         "label": "Data source",
@@ -451,11 +450,8 @@ def query_variable(
     hide: int = 0,
 ) -> JSON:
     """A label_values() variable, refreshed when the time range changes."""
-    current: JSON = {"selected": True, "text": ["All"], "value": ["$__all"]} if include_all else {}
     variable: JSON = {
-        "current": current,
         "datasource": DATASOURCE,
-        "definition": query,
         "hide": hide,
         "includeAll": include_all,
         "label": label,
@@ -472,6 +468,7 @@ def query_variable(
     if include_all:
         # ".*" instead of a list of every value keeps queries short on big fleets
         variable["allValue"] = ".*"
+        variable["current"] = {"selected": True, "text": ["All"], "value": ["$__all"]}
     return variable
 
 

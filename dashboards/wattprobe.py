@@ -113,7 +113,7 @@ def cluster_power(settings: Settings) -> JSON:
     lay.row("Overview")
     lay.add(
         stat(
-            "Node power by zone",
+            "Current power by zone",
             "Current power of the selected nodes per zone kind, summed over nodes and devices. "
             "Zones overlap (package contains core, psys contains package): never add them up.",
             [Query(f"sum by (zone) ({NODE_POWER}{sel()})", "{{zone}}")],
