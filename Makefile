@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-test run test pytest lint bench golden clean
+.PHONY: help setup setup-test run test pytest lint bench golden clean monitoring
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -24,8 +24,8 @@ pytest: ## run the test suite only (ARGS=... passes pytest options)
 	$(PY) -m pytest $(ARGS)
 
 lint: ## ruff and mypy, both must be clean
-	$(PY) -m ruff check exporter tests
-	$(PY) -m ruff format --check exporter tests
+	$(PY) -m ruff check exporter tests alerts dashboards
+	$(PY) -m ruff format --check exporter tests alerts dashboards
 	$(PY) -m mypy
 
 bench: setup-test ## run the benchmarks and rewrite docs/benchmarks.md
@@ -33,6 +33,14 @@ bench: setup-test ## run the benchmarks and rewrite docs/benchmarks.md
 
 golden: ## regenerate tests/fixtures/golden/*.prom after an intended change of the output
 	WATTPROBE_UPDATE_GOLDEN=1 $(PY) -m pytest tests/test_golden.py
+
+JOB ?= wattprobe
+RUNBOOK_BASE ?= https://github.com/wattprobe/wattprobe/blob/main/docs/runbooks.md
+OUT ?= build/monitoring
+MULTI_CLUSTER ?=
+monitoring: ## render rules, PrometheusRule and dashboards for your scrape JOB (and RUNBOOK_BASE, MULTI_CLUSTER=1) into OUT
+	$(PY) -m alerts.generate --job '$(JOB)' --runbook-base '$(RUNBOOK_BASE)' --out '$(OUT)'
+	$(PY) -m dashboards.generate --job '$(JOB)' $(if $(MULTI_CLUSTER),--multi-cluster) --out '$(OUT)/dashboards'
 
 clean: ## remove the venv and caches
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
