@@ -27,7 +27,7 @@ from alerts.generate import RULES_FILE
 from dashboards.generate import DASHBOARDS_DIR
 from tests.livestack import SCRAPE_INTERVAL_S, LiveStack, start_live_stack
 from tests.monitoringstack import PrometheusAPI, PromQLError
-from tests.promql import label_values_query, legend_labels, refs, substitute
+from tests.promql import label_values_query, legend_labels, refs, substitute, template_variables
 from tests.realparts import require_binary
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
@@ -260,7 +260,7 @@ def check_panel(
 ) -> Verdict:
     verdict = Verdict()
     for target in panel["targets"]:
-        used = {v for v in variable_verdicts if f"${v}" in target["expr"]}
+        used = template_variables(target["expr"]) & set(variable_verdicts)
         for v in used:
             verdict.problems += [f"${v}: {p}" for p in variable_verdicts[v].problems]
             verdict.pending |= variable_verdicts[v].pending
@@ -408,7 +408,7 @@ def _firing(api: PrometheusAPI) -> list[dict[str, Any]]:
 
 
 def test_alert_rules_fire_exactly_where_the_live_fleet_is_degraded(stack: LiveStack) -> None:
-    """With `for` set to 0s (tests/livestack.py), the real rules against the real exporters."""
+    """The real rules (`for` shortened, tests/livestack.py) against the real exporters."""
     firing = _firing(stack.api)
     assert {(a["labels"]["alertname"], a["labels"].get("node")) for a in firing} == EXPECTED_FIRING
     source_down = next(a for a in firing if a["labels"]["alertname"] == "WattprobeSourceDown")
