@@ -24,8 +24,8 @@ pytest: ## run the test suite only (ARGS=... passes pytest options)
 	$(PY) -m pytest $(ARGS)
 
 lint: ## ruff and mypy, both must be clean
-	$(PY) -m ruff check exporter tests
-	$(PY) -m ruff format --check exporter tests
+	$(PY) -m ruff check exporter tests deploy
+	$(PY) -m ruff format --check exporter tests deploy
 	$(PY) -m mypy
 
 bench: setup-test ## run the benchmarks and rewrite docs/benchmarks.md
