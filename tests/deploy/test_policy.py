@@ -184,7 +184,7 @@ def test_namespace_admits_the_agent(overlay: str) -> None:
 def test_env_vars_name_real_flags() -> None:
     """A misspelt WATTPROBE_* variable is silently ignored by click: catch it here."""
     serve = cli.commands["serve"]
-    known = set()
+    known: set[str] = set()
     for param in serve.params:
         if isinstance(param, click.Option) and param.envvar:
             envvars = [param.envvar] if isinstance(param.envvar, str) else param.envvar
