@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-test run test pytest lint bench golden clean
+.PHONY: help setup setup-test run test pytest lint bench golden docs clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -33,6 +33,9 @@ bench: setup-test ## run the benchmarks and rewrite docs/benchmarks.md
 
 golden: ## regenerate tests/fixtures/golden/*.prom after an intended change of the output
 	WATTPROBE_UPDATE_GOLDEN=1 $(PY) -m pytest tests/test_golden.py
+
+docs: ## regenerate docs/metrics.md from the metric catalogue
+	$(PY) -m exporter.metrics > docs/metrics.md
 
 clean: ## remove the venv and caches
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

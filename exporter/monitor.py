@@ -363,6 +363,7 @@ class Monitor:
                 self._pod_energy.add_all(ref.pod_uid, amounts, now)
         if not self.settings.with_processes:
             return
+        self._drop_reused_pids(task_list)
         comm = {t.key: (t.pid, t.comm) for t in task_list}
         comm[UNATTRIBUTED_TASK] = (0, "unattributed")
         for task, amounts in tasks.items():
@@ -373,6 +374,19 @@ class Monitor:
             key = (t.key, owner[t.key])
             self._process_energy.touch(key, now)
             self._process_meta[key] = (t.pid, t.comm)
+
+    def _drop_reused_pids(self, task_list: Sequence[TaskSample]) -> None:
+        """A PID now held by a new process ends the old process's series at once: two series
+        with the same pid/comm/container labels must never be exposed together."""
+        live = {t.pid: t.key for t in task_list if t.pid}
+        stale = [
+            key
+            for key in list(self._process_meta)
+            if key[0][0] in live and live[key[0][0]] != key[0]
+        ]
+        for key in stale:
+            add_into(self._container_retired.setdefault(key[1], {}), self._process_energy.drop(key))
+            del self._process_meta[key]
 
     def _accumulate_activity(
         self,
@@ -408,8 +422,8 @@ class Monitor:
         self._container_ioctls.expire(now, retention)
         for pod_uid, _ in self._pod_energy.expire(now, retention):
             self._pod_retired.pop(pod_uid, None)
-        for zid, _ in self._node.expire(now, retention):
-            self._baselines.pop(zid, None)
+        # Node zones never expire: they are bounded by the hardware, and the workload energy
+        # already handed out (retired containers included) must keep adding up to them.
 
     def _next_energy_baseline(
         self, prev: _Previous | None, readings: Sequence[tuple[EnergyReading, float]]
@@ -467,10 +481,11 @@ class Monitor:
                 )
             )
         processes = []
-        for (_task, ref), energy in self._process_energy.items():
-            pid, comm = self._process_meta[(_task, ref)]
+        for (task, ref), energy in self._process_energy.items():
+            pid, comm = self._process_meta[(task, ref)]
             processes.append(
                 ProcessCounters(
+                    task=task,
                     pid=pid,
                     comm=comm,
                     container_id=ref.container_id,

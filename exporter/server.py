@@ -11,13 +11,16 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from exporter import __version__
 from exporter.collector import SnapshotCollector
 from exporter.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
+
+# The classic text format: every name we expose is a legacy-valid name, and every Prometheus
+# since 1.x (and other scrapers) reads it.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class ExpositionCache:
@@ -86,7 +89,7 @@ def make_handler(
             if path == telemetry_path:
                 want_gzip = "gzip" in self.headers.get("Accept-Encoding", "")
                 body = cache.get(want_gzip)
-                headers = {"Content-Type": CONTENT_TYPE_LATEST}
+                headers = {"Content-Type": CONTENT_TYPE}
                 if want_gzip:
                     headers["Content-Encoding"] = "gzip"
                 self._send(200, body, headers)

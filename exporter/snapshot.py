@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.readings import SourceStatus
+from exporter.readings import SourceStatus, TaskKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +54,7 @@ class PodCounters:
 
 @dataclass(frozen=True, slots=True)
 class ProcessCounters:
+    task: TaskKey  # identity (pid, start time); not exported
     pid: int
     comm: str
     container_id: str
