@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-test run test pytest lint bench golden docs clean
+.PHONY: help setup setup-test run test pytest lint bench golden docs clean manifests image
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -39,3 +39,9 @@ docs: ## regenerate docs/metrics.md from the metric catalogue
 
 clean: ## remove the venv and caches
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+
+manifests: ## regenerate deploy/base/generated from alerts/ and dashboards/
+	$(PY) deploy/generate.py
+
+image: ## build the agent image (needs docker or buildah; not part of `make test`)
+	docker build -f deploy/Dockerfile -t ghcr.io/wattprobe/wattprobe:$$($(PY) -c 'import exporter; print(exporter.__version__)') .
