@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 ARGS ?=
 # every directory of Python code that ruff and mypy check
-SRC := exporter tests alerts dashboards
+SRC := exporter tests alerts dashboards deploy
 
 .DEFAULT_GOAL := help
 .PHONY: help setup setup-test run test pytest fmt lint bench golden docs manifests monitoring image clean

@@ -410,7 +410,7 @@ def test_alert_rules_fire_exactly_where_the_live_fleet_is_degraded(stack: LiveSt
     assert source_down["labels"]["severity"] == "warning"
     # the sensorless node's rapl and hwmon are down with reason="absent": no alert for them
     absent = stack.api.query('wattprobe_source_up{node="sensorless", reason="absent"} == 0')
-    assert {s["metric"]["source"] for s in absent} == {"rapl", "hwmon"}
+    assert {s["metric"]["source"] for s in absent} == {"rapl", "hwmon", "nvml"}
 
 
 def test_alertmanager_delivers_the_firing_alerts_to_a_webhook(stack: LiveStack) -> None:
