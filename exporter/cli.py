@@ -32,7 +32,7 @@ from exporter.config import (
     parse_listen_address,
 )
 from exporter.server import Health, make_server
-from exporter.wiring import build_monitor
+from exporter.wiring import StartupError, build_monitor
 
 log = logging.getLogger("wattprobe")
 
@@ -104,6 +104,14 @@ def source_options(func: F) -> F:
             default="auto",
             type=click.Choice([a.value for a in ActivitySource]),
             help="what measures per-task CPU time: auto, ebpf or procfs",
+        ),
+        _option(
+            "--ebpf.kernel-headers",
+            "ebpf_kernel_headers",
+            default=None,
+            type=click.Path(path_type=Path),
+            help="kernel headers for the eBPF probes when the running kernel's are not "
+            "installed [default: a generic set under /usr/src]",
         ),
         _option(
             "--estimate.idle-watts",
@@ -235,7 +243,10 @@ def serve(**kw: Any) -> None:
 
 
 def run_server(config: Config) -> None:
-    monitor = build_monitor(config)
+    try:
+        monitor = build_monitor(config)
+    except StartupError as exc:
+        raise click.ClickException(str(exc)) from None
     stop = threading.Event()
     last_step = [time.monotonic()]
 

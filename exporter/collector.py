@@ -43,6 +43,7 @@ class SnapshotCollector(Collector):
         yield from self._self_metrics(snap)
         yield from self._node_metrics(snap)
         yield from self._workload_metrics(snap)
+        yield from self._ebpf_metrics(snap)
 
     def _self_metrics(self, snap: Snapshot) -> Iterator[Metric]:
         info = _family("build_info", "wattprobe build, value 1.", "gauge")
@@ -132,3 +133,31 @@ class SnapshotCollector(Collector):
                 }
                 _energy_samples(process, pr.energy, labels)
             yield process
+
+    def _ebpf_metrics(self, snap: Snapshot) -> Iterator[Metric]:
+        if not snap.ebpf_maps:
+            return
+        entries = _family("ebpf_map_entries", "Entries in a bounded eBPF map.", "gauge")
+        capacity = _family("ebpf_map_max_entries", "Capacity of a bounded eBPF map.", "gauge")
+        evictions = _family(
+            "ebpf_map_evictions",
+            "Entries an eBPF LRU map evicted to make room (their work since the last read is "
+            "lost); tasks: processes, exited: per-cgroup totals of exited processes.",
+            "counter",
+        )
+        failures = _family(
+            "ebpf_map_insert_failures",
+            "Events that found no room in an eBPF map (tasks: counted in the cgroup's exited "
+            "total instead; exited: lost).",
+            "counter",
+        )
+        for m in snap.ebpf_maps:
+            labels = {"map": m.map}
+            _add(entries, labels, m.entries)
+            _add(capacity, labels, m.max_entries)
+            _add(evictions, labels, m.evictions)
+            _add(failures, labels, m.insert_failures)
+        yield entries
+        yield capacity
+        yield evictions
+        yield failures

@@ -144,6 +144,7 @@ class Config:
     pod_source: PodSource = PodSource.AUTO
     node_name: str = field(default_factory=lambda: os.environ.get("NODE_NAME", ""))
     log_level: str = "info"
+    ebpf_kernel_headers: Path | None = None  # None: the running kernel's, else a generic set
 
     @property
     def cgroup_root(self) -> Path:

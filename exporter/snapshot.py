@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.readings import SourceStatus
+from exporter.readings import MapStats, SourceStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +76,7 @@ class Snapshot:
     retired_containers: tuple[Energy, ...]  # all energy of containers already dropped
     sources: tuple[SourceStatus, ...]
     attributed_zones: tuple[str, ...]  # node zones whose energy is split among workloads
+    ebpf_maps: tuple[MapStats, ...] = ()  # fill and evictions of the eBPF maps, when in use
 
 
 EMPTY_SNAPSHOT = Snapshot(
