@@ -9,6 +9,7 @@ accounting is done with.
 from __future__ import annotations
 
 import ctypes
+import importlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -18,9 +19,9 @@ from typing import Any
 from exporter.readings import MapStats, SourceError, TaskSample
 from exporter.sources.ebpf_accounting import (
     Accounting,
-    Deletions,
     KernelExited,
     KernelTask,
+    MapChanges,
     MapRead,
     ProcInfo,
     RunningSlice,
@@ -45,8 +46,9 @@ N_STATS = 7
 class ProcReader:
     """The /proc look-ups the accounting needs, through a configurable root."""
 
-    def __init__(self, procfs: Path) -> None:
+    def __init__(self, procfs: Path, cgroup2: Path) -> None:
         self._root = str(procfs)
+        self._cgroup2 = cgroup2
 
     def info(self, tgid: int) -> ProcInfo | None:
         try:
@@ -66,6 +68,16 @@ class ProcReader:
             with open(f"{self._root}/{tgid}/comm") as f:
                 return f.read().rstrip("\n")
         except OSError:
+            return None
+
+    def cgroup_id(self, tgid: int) -> int | None:
+        """The cgroup v2 id of the process: the inode of its "0::" cgroup directory."""
+        try:
+            with open(f"{self._root}/{tgid}/cgroup") as f:
+                lines = f.read().splitlines()
+            path = next(ln[3:] for ln in lines if ln.startswith("0::"))
+            return (self._cgroup2 / path.lstrip("/")).stat().st_ino
+        except (OSError, StopIteration):
             return None
 
     def tgid_of(self, tid: int) -> int | None:
@@ -100,17 +112,19 @@ class EbpfSource:
         boot_ns: Callable[[], int] = lambda: time.clock_gettime_ns(time.CLOCK_BOOTTIME),
     ) -> None:
         self._bpf = loaded.bpf
+        self._libbcc = importlib.import_module("bcc.libbcc").lib
         self.info: LoadInfo = loaded.info
         self._tasks = self._bpf["tasks"]
         self._exited = self._bpf["exited"]
         self._running = self._bpf["running"]
         self._stats = self._bpf["stats"]
         self._cgroups = cgroups
-        self._accounting = Accounting(ProcReader(procfs), cgroups)
+        self._accounting = Accounting(ProcReader(procfs, cgroups.root), cgroups)
         self._monotonic_ns = monotonic_ns
         self._boot_ns = boot_ns
         self._batch = True
         self._deleted = {"tasks": 0, "exited": 0}
+        self._created = 0  # tasks entries made by userspace
         self._evictions = {"tasks": 0, "exited": 0}
         self._map_stats: tuple[MapStats, ...] = ()
 
@@ -143,9 +157,9 @@ class EbpfSource:
             read = self._read()
         except OSError as exc:
             raise SourceError(READ_ERROR, f"reading eBPF maps: {exc}") from exc
-        samples, deletions = self._accounting.update(read)
+        samples, changes = self._accounting.update(read)
         self._update_map_stats(counters, len(read.tasks), len(read.exited))
-        self._delete(deletions)
+        self._apply(changes)
         return samples
 
     def map_stats(self) -> Sequence[MapStats]:
@@ -159,7 +173,6 @@ class EbpfSource:
             KernelExited(_int(k), v.on_cpu_ns, (v.ioctls[0], v.ioctls[1]))
             for k, v in self._items(self._exited)
         ]
-        tasks_read_ns = self._monotonic_ns()
         tasks = [
             KernelTask(
                 tgid=_int(k),
@@ -187,7 +200,6 @@ class EbpfSource:
         return MapRead(
             exited=exited,
             tasks=tasks,
-            tasks_read_ns=tasks_read_ns,
             running=running,
             running_read_ns=running_read_ns,
             boot_ns=self._boot_ns(),
@@ -204,8 +216,8 @@ class EbpfSource:
                 self._batch = False
         return list(table.items())
 
-    def _delete(self, deletions: Deletions) -> None:
-        for tgid, first_ns in deletions.tasks:
+    def _apply(self, changes: MapChanges) -> None:
+        for tgid, first_ns in changes.delete_tasks:
             key = self._tasks.Key(tgid)
             try:
                 value = self._tasks[key]
@@ -215,12 +227,21 @@ class EbpfSource:
             except KeyError:
                 continue
             self._deleted["tasks"] += 1
-        for cgroup_id in deletions.exited:
+        for cgroup_id in changes.delete_exited:
             try:
                 del self._exited[self._exited.Key(cgroup_id)]
             except KeyError:
                 continue
             self._deleted["exited"] += 1
+        for tgid, cgroup_id in changes.create_tasks:
+            leaf = self._tasks.Leaf()
+            leaf.first_ns = self._boot_ns()
+            leaf.cgroup_id = cgroup_id
+            key = self._tasks.Key(tgid)
+            # BPF_NOEXIST: if the kernel made the entry meanwhile, its counts stay
+            fd = self._tasks.map_fd
+            if self._libbcc.bpf_update_elem(fd, ctypes.byref(key), ctypes.byref(leaf), 1) == 0:
+                self._created += 1
 
     def _counters(self) -> list[int]:
         """The stats map, summed over CPUs."""
@@ -230,7 +251,10 @@ class EbpfSource:
         """LRU maps evict silently; every insert and delete is counted, so the difference from
         what the map holds is what it evicted (a lower bound: counters are read first)."""
         entries = {"tasks": tasks_len, "exited": exited_len}
-        inserts = {"tasks": counters[STAT_TASK_INSERTS], "exited": counters[STAT_EXITED_INSERTS]}
+        inserts = {
+            "tasks": counters[STAT_TASK_INSERTS] + self._created,
+            "exited": counters[STAT_EXITED_INSERTS],
+        }
         fails = {
             "tasks": counters[STAT_TASK_INSERT_FAILS],
             "exited": counters[STAT_EXITED_INSERT_FAILS],

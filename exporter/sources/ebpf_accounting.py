@@ -13,7 +13,10 @@ one key exactly once. This module keeps that promise across the kernel's folds:
   processes had already been credited under their own keys (debit), and plus what reached a
   tombstone after the fold (stragglers);
 - an entry whose process cannot be found (it exited before userspace first saw it, its tgid was
-  reused) is an orphan: its work goes to its cgroup's exited total.
+  reused) is an orphan: its work goes to its cgroup's exited total;
+- a process that has been on a CPU since before the probes loaded and was never switched out has
+  no entry: userspace makes one (the kernel then adds the slice to it when it ends), so its time
+  in flight is credited too.
 """
 
 from __future__ import annotations
@@ -74,7 +77,6 @@ class MapRead:
 
     exited: Sequence[KernelExited]
     tasks: Sequence[KernelTask]
-    tasks_read_ns: int  # monotonic ns taken just before the tasks map was read
     running: Sequence[RunningSlice]  # only slots that read the same twice
     running_read_ns: int  # monotonic ns taken just before the running slots were read
     boot_ns: int  # boot-clock ns at the read
@@ -96,6 +98,8 @@ class ProcessTable(Protocol):
 
     def tgid_of(self, tid: int) -> int | None: ...
 
+    def cgroup_id(self, tgid: int) -> int | None: ...
+
 
 class CgroupPaths(Protocol):
     def path(self, cgroup_id: int, seen_at: float) -> str | None: ...
@@ -104,11 +108,12 @@ class CgroupPaths(Protocol):
 
 
 @dataclass(frozen=True)
-class Deletions:
-    """Entries userspace is done with, to delete from the maps."""
+class MapChanges:
+    """What userspace writes back: entries it is done with, and entries to make."""
 
-    tasks: tuple[tuple[int, int], ...] = ()  # (tgid, first_ns)
-    exited: tuple[int, ...] = ()  # cgroup ids
+    delete_tasks: tuple[tuple[int, int], ...] = ()  # (tgid, first_ns)
+    delete_exited: tuple[int, ...] = ()  # cgroup ids
+    create_tasks: tuple[tuple[int, int], ...] = ()  # (tgid, cgroup id): only if absent
 
 
 @dataclass
@@ -169,7 +174,7 @@ class Accounting:
         self._ledgers: dict[int, _ExitedLedger] = {}
         self._slice_tgids: dict[tuple[int, int], int] = {}
 
-    def update(self, read: MapRead) -> tuple[list[TaskSample], Deletions]:
+    def update(self, read: MapRead) -> tuple[list[TaskSample], MapChanges]:
         self._credit_kernel_exited(read.exited)
         delete_tasks: list[tuple[int, int]] = []
         live: dict[int, _Identity] = {}  # tgid -> its live entry (one per tgid in the map)
@@ -207,11 +212,12 @@ class Accounting:
         for name in [n for n in self._identities if n not in present]:
             del self._identities[name]  # evicted or deleted; what it was credited stays credited
 
-        in_flight = self._in_flight(read, live)
+        in_flight, unknown = self._in_flight(read, live)
         samples = self._live_samples(read, live, ioctl_deltas, in_flight)
         samples += self._exited_samples(read)
         delete_exited = self._forget_exited()
-        return samples, Deletions(tuple(delete_tasks), tuple(delete_exited))
+        create = self._entries_to_make(unknown - {name[0] for name in present})
+        return samples, MapChanges(tuple(delete_tasks), tuple(delete_exited), create)
 
     # -- entries ------------------------------------------------------------------------------
 
@@ -252,16 +258,21 @@ class Accounting:
 
     # -- live keys ----------------------------------------------------------------------------
 
-    def _in_flight(self, read: MapRead, live: dict[int, _Identity]) -> dict[int, int]:
-        """ns each live process has been on a CPU since its threads' last switch.
+    def _in_flight(
+        self, read: MapRead, live: dict[int, _Identity]
+    ) -> tuple[dict[int, int], set[int]]:
+        """ns each live process has been on a CPU since its threads' last switch, and the tgids
+        running without an entry.
 
-        Only slices that began before the tasks map was read count: their time cannot be in the
-        values just read, and it is at most what the kernel adds when they end.
+        The kernel adds a slice to the entry only when it ends, and the slots are read after the
+        entries, so a slice still running then is in none of the values read; the clock is taken
+        before the slots, so what is credited is at most what the kernel adds when it ends.
         """
         out: dict[int, int] = {}
+        unknown: set[int] = set()
         tgids: dict[tuple[int, int], int] = {}
         for s in read.running:
-            if s.tid == 0 or s.start_ns == 0 or s.start_ns >= read.tasks_read_ns:
+            if s.tid == 0 or s.start_ns == 0:
                 continue
             slot = (s.tid, s.start_ns)
             tgid = self._slice_tgids.get(slot)
@@ -272,8 +283,20 @@ class Accounting:
             tgids[slot] = tgid
             if tgid in live:
                 out[tgid] = out.get(tgid, 0) + max(0, read.running_read_ns - s.start_ns)
+            else:
+                unknown.add(tgid)
         self._slice_tgids = tgids  # a slice still running at the next read keeps its thread
-        return out
+        return out, unknown
+
+    def _entries_to_make(self, tgids: set[int]) -> tuple[tuple[int, int], ...]:
+        """Entries for processes on a CPU since before the probes loaded: without a switch the
+        kernel never makes one. The next read credits their time in flight."""
+        made = []
+        for tgid in sorted(tgids):
+            cgroup_id = self._procs.cgroup_id(tgid)
+            if cgroup_id is not None:
+                made.append((tgid, cgroup_id))
+        return tuple(made)
 
     def _live_samples(
         self,
