@@ -68,7 +68,7 @@ class CgroupIdIndex:
             found = self._paths.get(cgroup_id)
             if found is not None:
                 return found
-        if seen_at <= self._last_walk_start:
+        if seen_at < self._last_walk_start:
             self._forget(cgroup_id, None)
         return None
 
