@@ -11,10 +11,19 @@
 //   running  per-CPU array[1]              start and thread id of the slice now on each CPU,
 //                                         so userspace can count long-running slices in flight
 //   stats    per-CPU array[N_STATS]        insert and loss counters (eviction accounting)
+//   cgroup_paths  LRU hash, cgroup id -> path of cgroups made since userspace last read it (it
+//                 deletes what it reads), so a cgroup removed before userspace walks the cgroup
+//                 tree still has a name
+//
+// The hot paths (every context switch, every ioctl) do not read the current cgroup: an entry
+// takes it when it is made, and cgroup:cgroup_attach_task and sched:sched_process_exec keep it
+// current when a process moves. Without cgroup_attach_task, every event reads it.
 //
 // Userspace passes: WATTPROBE_MAX_TASKS, WATTPROBE_MAX_CGROUPS, and optionally
 // WATTPROBE_HAVE_GROUP_DEAD (sched_process_exit has a group_dead field: kernels >= 6.16),
-// WATTPROBE_IOCTLS (syscalls:sys_enter_ioctl exists), WATTPROBE_EXEC (sched_process_exec exists).
+// WATTPROBE_IOCTLS (syscalls:sys_enter_ioctl exists), WATTPROBE_EXEC (sched_process_exec exists),
+// WATTPROBE_CGROUP_ATTACH (cgroup:cgroup_attach_task with a 64-bit dst_id exists),
+// WATTPROBE_CGROUP_PATHS (cgroup:cgroup_mkdir exists).
 
 #define DRV_NVIDIA 0  // _IOC type 'F' (0x46): NVIDIA's /dev/nvidia* control and device nodes
 #define DRV_DRM 1     // _IOC type 'd' (0x64): DRM (/dev/dri/*)
@@ -105,9 +114,9 @@ static __always_inline void add_exited(u64 cgroup_id, u64 ns, int drv) {
 
 // Adds ns of CPU time and/or one ioctl of driver drv (-1: none) to the current process.
 static __always_inline void account(u32 tgid, u64 ns, int drv, bool exiting) {
-    u64 cgroup_id = bpf_get_current_cgroup_id();
     struct task_val *v = tasks.lookup(&tgid);
     if (!v) {
+        u64 cgroup_id = bpf_get_current_cgroup_id();
         if (exiting) {
             // the last slice of a thread whose process is already gone from the map: do not
             // make an entry that nothing would ever remove
@@ -130,11 +139,14 @@ static __always_inline void account(u32 tgid, u64 ns, int drv, bool exiting) {
         // late work of a folded process (its other threads finishing do_exit), or of a new
         // process that reused the tgid before userspace removed the tombstone: either way it
         // belongs to this cgroup's exited total
-        add_exited(cgroup_id, ns, drv);
+        add_exited(bpf_get_current_cgroup_id(), ns, drv);
         return;
     }
+#ifndef WATTPROBE_CGROUP_ATTACH
+    u64 cgroup_id = bpf_get_current_cgroup_id();
     if (v->cgroup_id != cgroup_id)
         v->cgroup_id = cgroup_id;  // write only on change: the line is shared by all threads
+#endif
     if (ns)
         __sync_fetch_and_add(&v->on_cpu_ns, ns);
     if (drv >= 0)
@@ -212,8 +224,50 @@ TRACEPOINT_PROBE(sched, sched_process_exit) {
 TRACEPOINT_PROBE(sched, sched_process_exec) {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     struct task_val *v = tasks.lookup(&tgid);
-    if (v && !v->dead_ns)
+    if (v && !v->dead_ns) {
         __sync_fetch_and_add(&v->execs, 1);
+        // container runtimes move their init process into the container, then exec: taking
+        // the cgroup here also covers a move that raced the entry being made
+        v->cgroup_id = bpf_get_current_cgroup_id();
+    }
+    return 0;
+}
+#endif
+
+#ifdef WATTPROBE_CGROUP_ATTACH
+TRACEPOINT_PROBE(cgroup, cgroup_attach_task) {
+    if (args->dst_root != 0)
+        return 0;  // hierarchy 0 is cgroup v2; v1 hierarchies do not matter here
+    // fires once per moved thread, in the mover's context; the group leader's event carries
+    // the tgid (other threads' ids name no entry)
+    u32 tgid = args->pid;
+    struct task_val *v = tasks.lookup(&tgid);
+    if (v && !v->dead_ns && v->cgroup_id != args->dst_id)
+        v->cgroup_id = args->dst_id;
+    return 0;
+}
+#endif
+
+#ifdef WATTPROBE_CGROUP_PATHS
+#define CGROUP_PATH_LEN 256  // kubepods paths are about 180 characters
+
+struct cgroup_path {
+    char path[CGROUP_PATH_LEN];
+};
+
+BPF_TABLE("lru_hash", u64, struct cgroup_path, cgroup_paths, WATTPROBE_MAX_CGROUPS);
+BPF_PERCPU_ARRAY(path_scratch, struct cgroup_path, 1);  // too big for the BPF stack
+
+TRACEPOINT_PROBE(cgroup, cgroup_mkdir) {
+    if (args->root != 0)
+        return 0;
+    u32 zero = 0;
+    struct cgroup_path *p = path_scratch.lookup(&zero);
+    if (!p)
+        return 0;
+    TP_DATA_LOC_READ_STR(p->path, path, sizeof(p->path));
+    u64 id = args->id;
+    cgroup_paths.update(&id, p);
     return 0;
 }
 #endif

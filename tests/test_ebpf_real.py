@@ -8,6 +8,7 @@ is enough) and a cgroup v2 mount; missing parts skip locally and fail in CI.
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import sys
 import time
@@ -184,6 +185,50 @@ def test_busy_process_in_kubepods_cgroup(ebpf_exporter: ExporterProcess) -> None
         # the exit folds the process into its cgroup's exited total: nothing is counted twice
         after = one(settle(ebpf_exporter), CPU, container_id=container.container_id)
         assert expected <= after * 1.02 and after <= expected * 1.02 + 0.05
+
+
+def test_running_process_moved_into_a_container_is_followed(
+    ebpf_exporter: ExporterProcess,
+) -> None:
+    """A move without exec (cgroup:cgroup_attach_task keeps the process's cgroup current)."""
+    with kube_container() as container:
+        busy = subprocess.Popen(
+            [sys.executable, "-c", BUSY, "2.5", "1"], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while run_time_s(busy.pid) < 0.5 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            before_move = run_time_s(busy.pid)
+            container.add(busy.pid)
+            assert wait_line(busy) == "done"
+            samples = settle(ebpf_exporter)
+            total = run_time_s(busy.pid)
+        finally:
+            kill(busy)
+    got = one(samples, CPU, container_id=container.container_id)
+    # what ran after the move, and at most the rest of the interval the move fell in (the
+    # monitor gives an interval's work to where the process is at its end)
+    assert (total - before_move) * 0.98 <= got <= total * 1.02
+
+
+def test_container_made_and_removed_between_two_reads_keeps_its_name(
+    ebpf_exporter: ExporterProcess,
+) -> None:
+    """Its path comes from the cgroup_mkdir probe: no walk of the cgroup tree can find it."""
+    ebpf_exporter.wait_next_interval()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with kube_container() as container:
+        subprocess.run(
+            [sys.executable, "-c", "import time\nwhile time.process_time() < 0.05: pass"],
+            preexec_fn=container.join,  # (see spawn)
+            check=True,
+        )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert not container.path.exists()
+    expected = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    got = one(settle(ebpf_exporter), CPU, container_id=container.container_id)
+    assert got == pytest.approx(expected, rel=0.10)
 
 
 def test_short_lived_processes_are_counted(ebpf_exporter: ExporterProcess) -> None:

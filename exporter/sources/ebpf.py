@@ -8,6 +8,7 @@ accounting is done with.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import logging
@@ -118,6 +119,8 @@ class EbpfSource:
         self._exited = self._bpf["exited"]
         self._running = self._bpf["running"]
         self._stats = self._bpf["stats"]
+        mkdir = "cgroup:cgroup_mkdir" in loaded.info.tracepoints
+        self._cgroup_paths = self._bpf["cgroup_paths"] if mkdir else None
         self._cgroups = cgroups
         self._accounting = Accounting(ProcReader(procfs, cgroups.root), cgroups)
         self._monotonic_ns = monotonic_ns
@@ -169,6 +172,7 @@ class EbpfSource:
 
     def _read(self) -> MapRead:
         seen_at = time.monotonic()
+        self._learn_cgroup_paths()  # first: a cgroup is made before anything runs in it
         exited = [
             KernelExited(_int(k), v.on_cpu_ns, (v.ioctls[0], v.ioctls[1]))
             for k, v in self._items(self._exited)
@@ -205,6 +209,24 @@ class EbpfSource:
             boot_ns=self._boot_ns(),
             seen_at=seen_at,
         )
+
+    def _learn_cgroup_paths(self) -> None:
+        if self._cgroup_paths is None:
+            return
+        table = self._cgroup_paths
+        if self._batch:
+            try:
+                entries = list(table.items_lookup_and_delete_batch())
+            except Exception:  # kernels without batch ops: fall through
+                self._batch = False
+        if not self._batch:
+            entries = list(table.items())
+            for k, _ in entries:
+                with contextlib.suppress(KeyError):
+                    del table[k]
+        for k, v in entries:
+            path = bytes(v.path).split(b"\0", 1)[0].decode(errors="replace")
+            self._cgroups.learn(_int(k), path)
 
     def _items(self, table: Any) -> Iterable[tuple[Any, Any]]:
         """All entries, in one syscall per batch where the kernel has batch ops (5.6+)."""

@@ -7,6 +7,7 @@ what an operator does about each reason (`wattprobe check` prints it).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import sys
@@ -64,6 +65,8 @@ TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 REQUIRED_TRACEPOINTS = (("sched", "sched_switch"), ("sched", "sched_process_exit"))
 IOCTL_TRACEPOINT = ("syscalls", "sys_enter_ioctl")
 EXEC_TRACEPOINT = ("sched", "sched_process_exec")
+ATTACH_TRACEPOINT = ("cgroup", "cgroup_attach_task")
+MKDIR_TRACEPOINT = ("cgroup", "cgroup_mkdir")
 
 MAX_TASKS = 32768  # live processes plus tombstones of the processes that exited in one interval
 MAX_CGROUPS = 8192
@@ -155,11 +158,19 @@ def tracepoint_exists(tracefs: Path, category: str, event: str) -> bool:
 
 def has_group_dead(tracefs: Path) -> bool:
     """sched_process_exit has had a group_dead field since Linux 6.16."""
+    return "group_dead;" in _format(tracefs, "sched", "sched_process_exit")
+
+
+def has_cgroup_attach(tracefs: Path) -> bool:
+    """cgroup_attach_task with the 64-bit cgroup id (Linux 5.5 and later)."""
+    return "u64 dst_id;" in _format(tracefs, *ATTACH_TRACEPOINT)
+
+
+def _format(tracefs: Path, category: str, event: str) -> str:
     try:
-        fmt = (tracefs / "events/sched/sched_process_exit/format").read_text()
+        return (tracefs / "events" / category / event / "format").read_text()
     except OSError:
-        return False
-    return "group_dead;" in fmt
+        return ""
 
 
 @contextlib.contextmanager
@@ -229,6 +240,8 @@ def load(
     for (category, event), define, wanted in (
         (EXEC_TRACEPOINT, "-DWATTPROBE_EXEC", True),
         (IOCTL_TRACEPOINT, "-DWATTPROBE_IOCTLS", ioctls),
+        (ATTACH_TRACEPOINT, "-DWATTPROBE_CGROUP_ATTACH", has_cgroup_attach(tracefs)),
+        (MKDIR_TRACEPOINT, "-DWATTPROBE_CGROUP_PATHS", True),
     ):
         if not wanted:
             continue
@@ -257,6 +270,7 @@ def load(
         raise SourceError(reason, _first_error(text) or str(error))
     if text.strip():
         log.debug("bcc output while compiling %s:\n%s", source, text.rstrip())
+    _release_compiler_memory()
     info = LoadInfo(
         headers=headers,
         tracefs=tracefs,
@@ -268,6 +282,12 @@ def load(
         compiler_output=text,
     )
     return Loaded(bpf, info)
+
+
+def _release_compiler_memory() -> None:
+    """clang's heap is freed after the compile but glibc keeps it: hand it back (~25 MiB)."""
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: not glibc
+        ctypes.CDLL(None).malloc_trim(0)
 
 
 def _looks_like_permission(text: str) -> bool:

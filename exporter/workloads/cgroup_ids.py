@@ -80,6 +80,15 @@ class CgroupIdIndex:
     def _walk_allowed(self) -> bool:
         return self._clock() - self._last_walk_start >= self._min_walk_interval_s
 
+    def learn(self, cgroup_id: int, path: str) -> None:
+        """A path the kernel reported when the cgroup was made (eBPF's cgroup_mkdir probe):
+        known even if the cgroup is removed before the next walk."""
+        if cgroup_id in self._gone or cgroup_id not in self._paths:
+            if cgroup_id in self._gone:
+                del self._gone[cgroup_id]
+            # a later walk that misses it files it under gone with this path
+            self._paths[cgroup_id] = path
+
     def gone(self, cgroup_id: int) -> bool:
         """True if the cgroup is known to have been removed."""
         return cgroup_id in self._gone
