@@ -27,7 +27,7 @@ from exporter.sources.ebpf_accounting import (
     ProcInfo,
     RunningSlice,
 )
-from exporter.sources.ebpf_load import NO_CGROUP2, Loaded, LoadInfo, load
+from exporter.sources.ebpf_load import NO_CGROUP2, NOT_LIVE_PROCFS, Loaded, LoadInfo, load
 from exporter.sources.procfs import CLOCK_TICKS, PF_KTHREAD, parse_stat
 from exporter.workloads.cgroup_ids import CgroupIdIndex, find_v2_root
 
@@ -134,6 +134,9 @@ class EbpfSource:
     @classmethod
     def start(cls, procfs: Path, cgroupfs: Path, kernel_headers: Path | None = None) -> EbpfSource:
         """Check, compile, attach: raises SourceError with a reason from ebpf_load.FIXES."""
+        if not (procfs / "self" / "stat").is_file():
+            # the probes report the kernel's own pids: they must be looked up in a live /proc
+            raise SourceError(NOT_LIVE_PROCFS, f"{procfs} is not a live procfs (no self/stat)")
         root = find_v2_root(cgroupfs)
         if root is None:
             raise SourceError(

@@ -34,6 +34,7 @@ NO_CGROUP2 = "no cgroup v2"
 COMPILE_FAILED = "compile failed"
 LOAD_FAILED = "load failed"
 NO_SOURCE = "no bpf source"
+NOT_LIVE_PROCFS = "procfs not live"
 
 FIXES: dict[str, str] = {
     NO_BCC: "install Debian's python3-bpfcc (the image and scripts/setup-debian.sh do)",
@@ -58,6 +59,10 @@ FIXES: dict[str, str] = {
     ),
     LOAD_FAILED: "the kernel rejected the programs: it needs BPF tracepoint support (5.8 or later)",
     NO_SOURCE: "reinstall wattprobe: bpf/activity.c must ship with it",
+    NOT_LIVE_PROCFS: (
+        "point --path.procfs at this host's /proc (hostPID: true in Kubernetes), or use "
+        "--activity-source procfs"
+    ),
 }
 
 TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
