@@ -79,7 +79,9 @@ def _ebpf(config: Config) -> CheckResult:
             disabled=True,
         )
     try:
-        source = EbpfSource.start(config.procfs, config.cgroup_root, config.ebpf_kernel_headers)
+        source = EbpfSource.start(
+            config.procfs, config.cgroup_root, config.ebpf_kernel_headers, config.ebpf_gpu_ioctls
+        )
         try:
             tasks = source.tasks()
         finally:

@@ -25,6 +25,7 @@ from exporter.config import (
     DEFAULT_PORT,
     ActivitySource,
     Config,
+    GpuIoctls,
     IdleAttribution,
     IdlePower,
     PodSource,
@@ -114,6 +115,14 @@ def source_options(func: F) -> F:
             "installed [default: a generic set under /usr/src]",
         ),
         _option(
+            "--ebpf.gpu-ioctls",
+            "ebpf_gpu_ioctls",
+            default="auto",
+            type=click.Choice([g.value for g in GpuIoctls]),
+            help="count GPU driver ioctls with eBPF (a syscall tracepoint: every syscall pays a "
+            "little): auto = when /dev has NVIDIA or DRM device nodes",
+        ),
+        _option(
             "--estimate.idle-watts",
             "estimate_idle_w",
             default=None,
@@ -156,6 +165,7 @@ def source_options(func: F) -> F:
 def _config(**kw: Any) -> Config:
     collectors = frozenset(n for n in COLLECTOR_DEFAULTS if kw.pop(f"collector_{n}"))
     kw["activity_source"] = ActivitySource(kw["activity_source"])
+    kw["ebpf_gpu_ioctls"] = GpuIoctls(kw["ebpf_gpu_ioctls"])
     for key in ("attribution_idle", "pod_source"):
         if key in kw:
             kw[key] = {"attribution_idle": IdleAttribution, "pod_source": PodSource}[key](kw[key])

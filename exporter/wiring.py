@@ -45,7 +45,12 @@ def activity_source(
         return procfs, ()
     try:
         return (
-            EbpfSource.start(config.procfs, config.cgroup_root, config.ebpf_kernel_headers),
+            EbpfSource.start(
+                config.procfs,
+                config.cgroup_root,
+                config.ebpf_kernel_headers,
+                config.ebpf_gpu_ioctls,
+            ),
             (),
         )
     except Exception as exc:

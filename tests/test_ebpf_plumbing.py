@@ -204,3 +204,16 @@ def test_group_dead_field_is_detected_from_the_format(tmp_path: Path) -> None:
 
 def test_bpf_source_ships_beside_the_package() -> None:
     assert ebpf_load.bpf_source().name == "activity.c"
+
+
+def test_gpu_device_nodes(tmp_path: Path) -> None:
+    assert ebpf_load.gpu_device_nodes(tmp_path) == []
+    (tmp_path / "dri").mkdir()
+    (tmp_path / "dri/card0").touch()
+    (tmp_path / "nvidiactl").touch()
+    (tmp_path / "nvidia0").touch()
+    assert ebpf_load.gpu_device_nodes(tmp_path) == [
+        str(tmp_path / "nvidia0"),
+        str(tmp_path / "nvidiactl"),
+        str(tmp_path / "dri/card0"),
+    ]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from exporter.readings import SourceError
-from exporter.sources.ebpf_load import find_tracefs
+from exporter.sources.ebpf_load import find_tracefs, gpu_device_nodes
 from exporter.sources.kheaders import find_kernel_headers
 from tests.kubecgroups import KubeContainer, kube_container, v2_root
 from tests.realparts import missing, require_binary, require_root
@@ -108,7 +108,8 @@ def require_ebpf() -> None:
 def ebpf_exporter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExporterProcess]:
     require_ebpf()
     proc = start_exporter(
-        ["--activity-source", "ebpf", "--interval", INTERVAL],
+        # this machine has no GPU device nodes: ask for the ioctl probe explicitly
+        ["--activity-source", "ebpf", "--interval", INTERVAL, "--ebpf.gpu-ioctls", "on"],
         log_dir=tmp_path_factory.mktemp("ebpf-exporter"),
     )
     try:
@@ -350,3 +351,9 @@ def test_check_reports_ebpf_and_its_headers() -> None:
     assert ebpf["ok"], ebpf
     assert "headers" in ebpf["found"] and "sched:sched_switch" in ebpf["found"]
     assert "compiled in" in ebpf["found"]
+    # auto: the ioctl probe only where there are GPU device nodes to issue ioctls to
+    ioctl_probe = "syscalls:sys_enter_ioctl"
+    if gpu_device_nodes():
+        assert f"{ioctl_probe}," in ebpf["found"]
+    else:
+        assert f"off: {ioctl_probe} (GPU ioctls)" in ebpf["found"]

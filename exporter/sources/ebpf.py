@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from exporter.config import GpuIoctls
 from exporter.readings import MapStats, SourceError, TaskSample
 from exporter.sources.ebpf_accounting import (
     Accounting,
@@ -27,7 +28,14 @@ from exporter.sources.ebpf_accounting import (
     ProcInfo,
     RunningSlice,
 )
-from exporter.sources.ebpf_load import NO_CGROUP2, NOT_LIVE_PROCFS, Loaded, LoadInfo, load
+from exporter.sources.ebpf_load import (
+    NO_CGROUP2,
+    NOT_LIVE_PROCFS,
+    Loaded,
+    LoadInfo,
+    gpu_device_nodes,
+    load,
+)
 from exporter.sources.procfs import CLOCK_TICKS, PF_KTHREAD, parse_stat
 from exporter.workloads.cgroup_ids import CgroupIdIndex, find_v2_root
 
@@ -132,7 +140,13 @@ class EbpfSource:
         self._map_stats: tuple[MapStats, ...] = ()
 
     @classmethod
-    def start(cls, procfs: Path, cgroupfs: Path, kernel_headers: Path | None = None) -> EbpfSource:
+    def start(
+        cls,
+        procfs: Path,
+        cgroupfs: Path,
+        kernel_headers: Path | None = None,
+        gpu_ioctls: GpuIoctls = GpuIoctls.AUTO,
+    ) -> EbpfSource:
         """Check, compile, attach: raises SourceError with a reason from ebpf_load.FIXES."""
         if not (procfs / "self" / "stat").is_file():
             # the probes report the kernel's own pids: they must be looked up in a live /proc
@@ -144,7 +158,11 @@ class EbpfSource:
                 f"no cgroup2 mount at {cgroupfs} or {cgroupfs}/unified: eBPF cgroup ids "
                 "would not name containers",
             )
-        loaded = load(kernel_headers)
+        if gpu_ioctls is GpuIoctls.AUTO:
+            ioctls = bool(gpu_device_nodes())
+        else:
+            ioctls = gpu_ioctls is GpuIoctls.ON
+        loaded = load(kernel_headers, ioctls=ioctls)
         index = CgroupIdIndex(root)
         index.walk()
         log.info("eBPF activity source loaded: %s; cgroup v2 at %s", loaded.info.describe(), root)

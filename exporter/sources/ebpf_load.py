@@ -90,12 +90,15 @@ class LoadInfo:
     tracepoints: tuple[str, ...]  # attached, as category:event
     missing_optional: tuple[str, ...]
     compile_s: float
+    switched_off: tuple[str, ...] = ()  # optional tracepoints not attached on purpose
     max_tasks: int = MAX_TASKS
     max_cgroups: int = MAX_CGROUPS
     compiler_output: str = field(default="", repr=False)
 
     def describe(self) -> str:
         missing = f"; missing {', '.join(self.missing_optional)}" if self.missing_optional else ""
+        if self.switched_off:
+            missing += f"; off: {', '.join(self.switched_off)}"
         return (
             f"tracepoints {', '.join(self.tracepoints)}{missing}; {self.headers.describe()}; "
             f"compiled in {self.compile_s:.2f}s"
@@ -179,7 +182,7 @@ def _format(tracefs: Path, category: str, event: str) -> str:
 
 
 @contextlib.contextmanager
-def _environment(changes: dict[str, str | None]) -> Iterator[None]:
+def bcc_environment(changes: dict[str, str | None]) -> Iterator[None]:
     saved = {k: os.environ.get(k) for k in changes}
     try:
         for k, v in changes.items():
@@ -215,6 +218,14 @@ def _captured_output() -> Iterator[list[str]]:
             os.close(saved[1])
             tmp.seek(0)
             out.append(tmp.read().decode(errors="replace"))
+
+
+def gpu_device_nodes(dev: Path = Path("/dev")) -> list[str]:
+    """NVIDIA (/dev/nvidia*) and DRM (/dev/dri/*) device nodes: what GPU ioctls would go to."""
+    found = sorted(str(p) for p in dev.glob("nvidia*"))
+    with contextlib.suppress(OSError):
+        found += sorted(str(p) for p in (dev / "dri").iterdir())
+    return found
 
 
 def load(
@@ -258,7 +269,7 @@ def load(
     cflags += headers.cflags()
 
     start = time.perf_counter()
-    with _environment(headers.environment()), _captured_output() as output:
+    with bcc_environment(headers.environment()), _captured_output() as output:
         try:
             # TRACEPOINT_PROBE functions are attached by the constructor itself
             bpf = bcc.BPF(src_file=str(source).encode(), cflags=cflags)
@@ -282,6 +293,7 @@ def load(
         tracepoints=tuple(attached),
         missing_optional=tuple(optional_missing),
         compile_s=compile_s,
+        switched_off=() if ioctls else ("syscalls:sys_enter_ioctl (GPU ioctls)",),
         max_tasks=max_tasks,
         max_cgroups=max_cgroups,
         compiler_output=text,

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exporter.sources.ebpf_load import Loaded, load
+from exporter.sources.ebpf_load import Loaded, bcc_environment, load
 from exporter.workloads.cgroup_ids import find_v2_root
 from tests.running import parse_samples, select, start_exporter
 
@@ -141,19 +141,61 @@ class PingPong:
         return statistics.median(ratios), ratios[0], ratios[-1]
 
 
-def pingpong(probes: Probes, binary: Path, rounds: int, trips: int) -> PingPong:
-    """Runs with no probes, the scheduler probes only, and all probes, rotating the order."""
-    settings: dict[str, tuple[str, ...]] = {"bare": (), "sched": SCHED_ONLY, "all": tuple(PROGRAMS)}
+EMPTY_PROGRAM = "TRACEPOINT_PROBE(sched, sched_switch) { return 0; }"
+
+
+def empty_program(loaded: Loaded) -> Any:
+    """A sched_switch program that does nothing: the floor any tracepoint program pays."""
+    import bcc  # noqa: PLC0415 (only when benchmarking)
+
+    with bcc_environment(loaded.info.headers.environment()):
+        empty = bcc.BPF(text=EMPTY_PROGRAM, cflags=loaded.info.headers.cflags())
+    empty.detach_tracepoint(b"sched:sched_switch")
+    return empty
+
+
+def pingpong(probes: Probes, empty: Any, binary: Path, rounds: int, trips: int) -> PingPong:
+    """Runs with no probes, an empty sched_switch program, the scheduler probes only, and all
+    probes, rotating the order."""
+    settings: dict[str, tuple[str, ...]] = {
+        "bare": (),
+        "empty": (),
+        "sched": SCHED_ONLY,
+        "all": tuple(PROGRAMS),
+    }
     runs: dict[str, list[float]] = {name: [] for name in settings}
     cpu = str(min(os.sched_getaffinity(0)))
     names = list(settings)
     for r in range(rounds):
-        for name in names[r % 3 :] + names[: r % 3]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             probes.detach()
             probes.attach(settings[name])
+            if name == "empty":
+                empty.attach_tracepoint(
+                    tp=b"sched:sched_switch", fn_name=b"tracepoint__sched__sched_switch"
+                )
             runs[name].append(run_load(binary, "pingpong", str(trips), cpu, realtime=True))
+            if name == "empty":
+                empty.detach_tracepoint(b"sched:sched_switch")
     probes.detach()
     return PingPong(runs.pop("bare"), runs)
+
+
+def syscall_cost(probes: Probes, binary: Path, rounds: int, calls: int) -> tuple[float, float]:
+    """Median ns per getppid() without probes and with only the ioctl probe attached: what an
+    attached syscall tracepoint costs every syscall of every task."""
+    bare: list[float] = []
+    with_probe: list[float] = []
+    for r in range(rounds):
+        for attached in (False, True) if r % 2 == 0 else (True, False):
+            probes.detach()
+            if attached:
+                probes.attach(("syscalls:sys_enter_ioctl",))
+            (with_probe if attached else bare).append(
+                run_load(binary, "syscall", str(calls), realtime=True)
+            )
+    probes.detach()
+    return statistics.median(bare), statistics.median(with_probe)
 
 
 def cgroup_churn(times: int) -> None:
@@ -217,8 +259,10 @@ def main(argv: list[str] | None = None) -> int:
         loaded = load()
         load_s = time.perf_counter() - start
         probes = Probes(loaded)
+        empty = empty_program(loaded)
         try:
-            pp = pingpong(probes, binary, args.rounds, args.trips)
+            pp = pingpong(probes, empty, binary, args.rounds, args.trips)
+            syscall_bare, syscall_probe = syscall_cost(probes, binary, args.rounds, 200_000)
             with bpf_stats():
                 probes.attach()
                 s0 = probes.run_stats()
@@ -234,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                 probes.detach()
         finally:
             loaded.bpf.cleanup()
+            empty.cleanup()
         sched = per_event(s0, s1)
         nan = (float("nan"), 0)
         filtered = per_event(s1, s2).get("syscalls:sys_enter_ioctl", nan)
@@ -261,11 +306,19 @@ def main(argv: list[str] | None = None) -> int:
             f"{filtered_call:.0f} / {counted_call:.0f} ns/call",
         ),
         (
+            "getppid(2), no probes / ioctl probe attached (every syscall pays)",
+            f"{syscall_bare:.0f} / {syscall_probe:.0f} ns/call",
+        ),
+        (
             f"pipe ping-pong round trip, no probes (median of {args.rounds})",
             f"{statistics.median(pp.bare):.0f} ns",
         ),
     ]
-    for setting, label in (("sched", "scheduler probes only"), ("all", "all probes")):
+    for setting, label in (
+        ("empty", "an empty sched_switch program"),
+        ("sched", "the scheduler probes"),
+        ("all", "all probes (what wattprobe attaches)"),
+    ):
         mid, low, high = pp.slowdown(setting)
         rows.append(
             (

@@ -5,6 +5,7 @@
 //                           the mean nanoseconds per round trip
 //   ioctl COUNT CMD         COUNT ioctl(2) calls with command CMD on /dev/null (ENOTTY); prints
 //                           the mean nanoseconds per call
+//   syscall COUNT           COUNT getppid(2) calls; prints the mean nanoseconds per call
 //
 // With WATTPROBE_BENCH_RT=1 in the environment both run SCHED_FIFO (priority 1), so that other
 // tenants' ordinary tasks on a shared machine do not take turns inside the measurement.
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -92,12 +94,23 @@ static void maybe_realtime(void) {
     }
 }
 
+static int syscalls(long count) {
+    double start = now_ns();
+    for (long i = 0; i < count; i++)
+        syscall(SYS_getppid);  // not the libc wrapper: it must reach the kernel every time
+    double elapsed = now_ns() - start;
+    printf("%.1f\n", elapsed / (double)count);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     maybe_realtime();
+    if (argc == 3 && strcmp(argv[1], "syscall") == 0)
+        return syscalls(atol(argv[2]));
     if (argc == 4 && strcmp(argv[1], "pingpong") == 0)
         return pingpong(atol(argv[2]), atoi(argv[3]));
     if (argc == 4 && strcmp(argv[1], "ioctl") == 0)
         return ioctls(atol(argv[2]), strtoul(argv[3], NULL, 0));
-    fprintf(stderr, "usage: %s pingpong ROUNDS CPU | ioctl COUNT CMD\n", argv[0]);
+    fprintf(stderr, "usage: %s pingpong ROUNDS CPU | ioctl COUNT CMD | syscall COUNT\n", argv[0]);
     return 2;
 }
