@@ -8,6 +8,7 @@ is enough) and a cgroup v2 mount; missing parts skip locally and fail in CI.
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -357,3 +358,36 @@ def test_check_reports_ebpf_and_its_headers() -> None:
         assert f"{ioctl_probe}," in ebpf["found"]
     else:
         assert f"off: {ioctl_probe} (GPU ioctls)" in ebpf["found"]
+
+
+# Busy for 0.8 s as a real-time task pinned to one CPU: nothing preempts it and it never blocks,
+# so the scheduler never switches it out (RT throttling would, after 0.95 s).
+NEVER_SWITCHED = """
+import os, sys, time
+os.sched_setaffinity(0, {int(sys.argv[1])})
+os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+end = time.monotonic() + 0.8
+while time.monotonic() < end:
+    pass
+"""
+
+
+def test_time_on_a_cpu_is_counted_before_the_task_is_switched_out() -> None:
+    require_ebpf()
+    from exporter.config import GpuIoctls  # noqa: PLC0415
+    from exporter.sources.ebpf import EbpfSource  # noqa: PLC0415
+
+    source = EbpfSource.start(Path("/proc"), Path("/sys/fs/cgroup"), None, GpuIoctls.OFF)
+    cpu = max(os.sched_getaffinity(0))
+    busy = subprocess.Popen([sys.executable, "-c", NEVER_SWITCHED, str(cpu)])
+    try:
+        time.sleep(0.3)
+        for _ in range(2):
+            counted = [s.cpu_seconds for s in source.tasks() if s.pid == busy.pid]
+            ran = run_time_s(busy.pid)
+            # (on-CPU time by the clock includes interrupts and steal that schedstat leaves out)
+            assert counted and ran * 0.9 <= counted[0] <= ran * 1.02, (counted, ran)
+            time.sleep(0.2)
+    finally:
+        busy.wait(timeout=30)
+        source.close()

@@ -123,12 +123,12 @@ class EbpfSource:
         self._bpf = loaded.bpf
         self._libbcc = importlib.import_module("bcc.libbcc").lib
         self.info: LoadInfo = loaded.info
-        self._tasks = self._bpf["tasks"]
-        self._exited = self._bpf["exited"]
-        self._running = self._bpf["running"]
-        self._stats = self._bpf["stats"]
+        self._tasks = self._bpf[b"tasks"]
+        self._exited = self._bpf[b"exited"]
+        self._running = self._bpf[b"running"]
+        self._stats = self._bpf[b"stats"]
         mkdir = "cgroup:cgroup_mkdir" in loaded.info.tracepoints
-        self._cgroup_paths = self._bpf["cgroup_paths"] if mkdir else None
+        self._cgroup_paths = self._bpf[b"cgroup_paths"] if mkdir else None
         self._cgroups = cgroups
         self._accounting = Accounting(ProcReader(procfs, cgroups.root), cgroups)
         self._monotonic_ns = monotonic_ns
