@@ -141,25 +141,31 @@ class PingPong:
         return statistics.median(ratios), ratios[0], ratios[-1]
 
 
-EMPTY_PROGRAM = "TRACEPOINT_PROBE(sched, sched_switch) { return 0; }"
+EMPTY_PROGRAMS = """
+TRACEPOINT_PROBE(sched, sched_switch) { return 0; }
+RAW_TRACEPOINT_PROBE(sched_switch) { return 0; }
+"""
 
 
-def empty_program(loaded: Loaded) -> Any:
-    """A sched_switch program that does nothing: the floor any tracepoint program pays."""
+def empty_programs(loaded: Loaded) -> Any:
+    """sched_switch programs that do nothing, as a classic and as a raw tracepoint: the floor
+    each kind of attachment pays (the classic one formats the event before the program runs)."""
     import bcc  # noqa: PLC0415 (only when benchmarking)
 
     with bcc_environment(loaded.info.headers.environment()):
-        empty = bcc.BPF(text=EMPTY_PROGRAM, cflags=loaded.info.headers.cflags())
+        empty = bcc.BPF(text=EMPTY_PROGRAMS, cflags=loaded.info.headers.cflags())
     empty.detach_tracepoint(b"sched:sched_switch")
+    empty.detach_raw_tracepoint(b"sched_switch")
     return empty
 
 
 def pingpong(probes: Probes, empty: Any, binary: Path, rounds: int, trips: int) -> PingPong:
-    """Runs with no probes, an empty sched_switch program, the scheduler probes only, and all
-    probes, rotating the order."""
+    """Runs with no probes, empty sched_switch programs (classic and raw tracepoint), the
+    scheduler probes only, and all probes, rotating the order."""
     settings: dict[str, tuple[str, ...]] = {
         "bare": (),
         "empty": (),
+        "empty_raw": (),
         "sched": SCHED_ONLY,
         "all": tuple(PROGRAMS),
     }
@@ -174,9 +180,15 @@ def pingpong(probes: Probes, empty: Any, binary: Path, rounds: int, trips: int) 
                 empty.attach_tracepoint(
                     tp=b"sched:sched_switch", fn_name=b"tracepoint__sched__sched_switch"
                 )
+            if name == "empty_raw":
+                empty.attach_raw_tracepoint(
+                    tp=b"sched_switch", fn_name=b"raw_tracepoint__sched_switch"
+                )
             runs[name].append(run_load(binary, "pingpong", str(trips), cpu, realtime=True))
             if name == "empty":
                 empty.detach_tracepoint(b"sched:sched_switch")
+            if name == "empty_raw":
+                empty.detach_raw_tracepoint(b"sched_switch")
     probes.detach()
     return PingPong(runs.pop("bare"), runs)
 
@@ -259,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         loaded = load()
         load_s = time.perf_counter() - start
         probes = Probes(loaded)
-        empty = empty_program(loaded)
+        empty = empty_programs(loaded)
         try:
             pp = pingpong(probes, empty, binary, args.rounds, args.trips)
             syscall_bare, syscall_probe = syscall_cost(probes, binary, args.rounds, 200_000)
@@ -316,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for setting, label in (
         ("empty", "an empty sched_switch program"),
+        ("empty_raw", "an empty raw sched_switch program (not used by wattprobe)"),
         ("sched", "the scheduler probes"),
         ("all", "all probes (what wattprobe attaches)"),
     ):
