@@ -391,3 +391,32 @@ def test_time_on_a_cpu_is_counted_before_the_task_is_switched_out() -> None:
     finally:
         busy.wait(timeout=30)
         source.close()
+
+
+SIXTY_PROCESSES = """
+import os
+for _ in range(60):
+    os.waitpid(os.spawnv(os.P_NOWAIT, "/bin/true", ["true"]), 0)
+"""
+
+
+def test_evictions_of_a_full_map_are_counted() -> None:
+    require_ebpf()
+    from exporter.sources.ebpf import EbpfSource  # noqa: PLC0415
+    from exporter.sources.ebpf_load import load  # noqa: PLC0415
+    from exporter.workloads.cgroup_ids import CgroupIdIndex  # noqa: PLC0415
+
+    small = 64  # far fewer entries than the processes below
+    source = EbpfSource(
+        load(ioctls=False, max_tasks=small), Path("/proc"), CgroupIdIndex(v2_root())
+    )
+    try:
+        source.tasks()
+        for _ in range(3):
+            subprocess.run([sys.executable, "-c", SIXTY_PROCESSES], check=True)
+            source.tasks()
+        tasks = next(m for m in source.map_stats() if m.map == "tasks")
+        assert tasks.max_entries == small and tasks.entries <= small
+        assert tasks.evictions > 0
+    finally:
+        source.close()
