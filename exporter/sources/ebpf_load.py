@@ -15,7 +15,7 @@ import sysconfig
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +93,6 @@ class LoadInfo:
     switched_off: tuple[str, ...] = ()  # optional tracepoints not attached on purpose
     max_tasks: int = MAX_TASKS
     max_cgroups: int = MAX_CGROUPS
-    compiler_output: str = field(default="", repr=False)
 
     def describe(self) -> str:
         missing = f"; missing {', '.join(self.missing_optional)}" if self.missing_optional else ""
@@ -296,7 +295,6 @@ def load(
         switched_off=() if ioctls else ("syscalls:sys_enter_ioctl (GPU ioctls)",),
         max_tasks=max_tasks,
         max_cgroups=max_cgroups,
-        compiler_output=text,
     )
     return Loaded(bpf, info)
 
