@@ -20,7 +20,7 @@
 // current when a process moves. Without cgroup_attach_task, every event reads it.
 //
 // Userspace passes: WATTPROBE_MAX_TASKS, WATTPROBE_MAX_CGROUPS, and optionally
-// WATTPROBE_HAVE_GROUP_DEAD (sched_process_exit has a group_dead field: kernels >= 6.16),
+// WATTPROBE_HAVE_GROUP_DEAD (sched_process_exit has a group_dead field: recent kernels, e.g. 6.18),
 // WATTPROBE_IOCTLS (syscalls:sys_enter_ioctl exists), WATTPROBE_EXEC (sched_process_exec exists),
 // WATTPROBE_CGROUP_ATTACH (cgroup:cgroup_attach_task with a 64-bit dst_id exists),
 // WATTPROBE_CGROUP_PATHS (cgroup:cgroup_mkdir exists).

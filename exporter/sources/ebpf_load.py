@@ -164,7 +164,8 @@ def tracepoint_exists(tracefs: Path, category: str, event: str) -> bool:
 
 
 def has_group_dead(tracefs: Path) -> bool:
-    """sched_process_exit has had a group_dead field since Linux 6.16."""
+    """Recent kernels (6.18 has it, 6.1 does not) say in sched_process_exit whether the
+    exiting thread is the last of its process."""
     return "group_dead;" in _format(tracefs, "sched", "sched_process_exit")
 
 
