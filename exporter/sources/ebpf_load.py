@@ -170,7 +170,7 @@ def has_group_dead(tracefs: Path) -> bool:
 
 
 def has_cgroup_attach(tracefs: Path) -> bool:
-    """cgroup_attach_task with the 64-bit cgroup id (Linux 5.5 and later)."""
+    """cgroup_attach_task carrying the 64-bit cgroup id (older kernels had a 32-bit one)."""
     return "u64 dst_id;" in _format(tracefs, *ATTACH_TRACEPOINT)
 
 
