@@ -25,6 +25,7 @@ from exporter.config import (
     DEFAULT_PORT,
     ActivitySource,
     Config,
+    GpuIoctls,
     IdleAttribution,
     IdlePower,
     PodSource,
@@ -32,7 +33,7 @@ from exporter.config import (
     parse_listen_address,
 )
 from exporter.server import Health, make_server
-from exporter.wiring import build_monitor
+from exporter.wiring import StartupError, build_monitor
 
 log = logging.getLogger("wattprobe")
 
@@ -106,6 +107,22 @@ def source_options(func: F) -> F:
             help="what measures per-task CPU time: auto, ebpf or procfs",
         ),
         _option(
+            "--ebpf.kernel-headers",
+            "ebpf_kernel_headers",
+            default=None,
+            type=click.Path(path_type=Path),
+            help="kernel headers for the eBPF probes when the running kernel's are not "
+            "installed [default: a generic set under /usr/src]",
+        ),
+        _option(
+            "--ebpf.gpu-ioctls",
+            "ebpf_gpu_ioctls",
+            default="auto",
+            type=click.Choice([g.value for g in GpuIoctls]),
+            help="count GPU driver ioctls with eBPF (a syscall tracepoint: every syscall pays a "
+            "little): auto = when /dev has NVIDIA or DRM device nodes",
+        ),
+        _option(
             "--estimate.idle-watts",
             "estimate_idle_w",
             default=None,
@@ -148,6 +165,7 @@ def source_options(func: F) -> F:
 def _config(**kw: Any) -> Config:
     collectors = frozenset(n for n in COLLECTOR_DEFAULTS if kw.pop(f"collector_{n}"))
     kw["activity_source"] = ActivitySource(kw["activity_source"])
+    kw["ebpf_gpu_ioctls"] = GpuIoctls(kw["ebpf_gpu_ioctls"])
     for key in ("attribution_idle", "pod_source"):
         if key in kw:
             kw[key] = {"attribution_idle": IdleAttribution, "pod_source": PodSource}[key](kw[key])
@@ -235,7 +253,10 @@ def serve(**kw: Any) -> None:
 
 
 def run_server(config: Config) -> None:
-    monitor = build_monitor(config)
+    try:
+        monitor = build_monitor(config)
+    except StartupError as exc:
+        raise click.ClickException(str(exc)) from None
     stop = threading.Event()
     last_step = [time.monotonic()]
 

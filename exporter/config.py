@@ -18,6 +18,14 @@ class ActivitySource(StrEnum):
     PROCFS = "procfs"
 
 
+class GpuIoctls(StrEnum):
+    """Whether the eBPF source counts GPU ioctls: its syscall tracepoint costs every syscall."""
+
+    AUTO = "auto"  # when the node has NVIDIA or DRM device nodes
+    ON = "on"
+    OFF = "off"
+
+
 class PodSource(StrEnum):
     AUTO = "auto"
     NONE = "none"
@@ -145,6 +153,8 @@ class Config:
     pod_source: PodSource = PodSource.AUTO
     node_name: str = field(default_factory=lambda: os.environ.get("NODE_NAME", ""))
     log_level: str = "info"
+    ebpf_kernel_headers: Path | None = None  # None: the running kernel's, else a generic set
+    ebpf_gpu_ioctls: GpuIoctls = GpuIoctls.AUTO
 
     @property
     def cgroup_root(self) -> Path:

@@ -63,7 +63,8 @@ TICKS_PER_PID = 2
 # every zone above zero from the first interval, so workloads get energy at once.
 # When the NVML and Kubernetes branches land, their fake NVML scenario and fake kubelet flags
 # belong here (see exporter_args).
-COMMON_ARGS = ("--interval", "1s", "--power.idle", "2")
+# Fixture nodes measure activity from their fixture /proc: eBPF sees the real kernel instead.
+COMMON_ARGS = ("--interval", "1s", "--power.idle", "2", "--activity-source", "procfs")
 
 
 def exporter_args(host: FixtureHost) -> list[str]:

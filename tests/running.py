@@ -9,6 +9,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,14 +112,20 @@ def _interval_count(body: str) -> float:
 
 
 def start_exporter(
-    args: list[str], log_dir: Path, env: dict[str, str] | None = None, wait: str = "/healthz"
+    args: list[str],
+    log_dir: Path,
+    env: dict[str, str] | None = None,
+    wait: str = "/healthz",
+    prefix: Sequence[str] = (),
 ) -> ExporterProcess:
+    """prefix: a command the exporter runs under (e.g. capsh dropping capabilities)."""
     port = free_port()
     log_path = log_dir / f"exporter-{port}.log"
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [
+                *prefix,
                 sys.executable,
                 "-m",
                 "exporter",
