@@ -75,9 +75,10 @@ def exporter_args(host: FixtureHost) -> list[str]:
     return [*host.args(), *COMMON_ARGS]
 
 
-# seconds after Prometheus starts scraping that the GPU node's XIDs and lost GPU happen, so
-# Prometheus has the healthy GPU before
-FAULTS_AFTER_S = 4.0
+# Prometheus scrapes the GPU node for this long before its XIDs and lost GPU happen, so it has
+# the healthy GPUs first (its first scrape comes a few seconds after it is ready: the scrape
+# manager applies new targets every 5 s).
+HEALTHY_FIRST_S = 3.0
 
 
 @dataclass
@@ -268,6 +269,14 @@ def _wait_for_xid_watch(exporter: ExporterProcess, timeout: float = 30.0) -> Non
     raise AssertionError(f"XID watcher not up within {timeout}s:\n{exporter.log()}")
 
 
+def _wait_for_series(api: PrometheusAPI, expr: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not api.query(expr):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"Prometheus has no {expr} after {timeout}s")
+        time.sleep(SCRAPE_INTERVAL_S / 4)
+
+
 def start_live_stack(
     workdir: Path, prometheus_bin: str, alertmanager_bin: str, gcc: str, collect_s: float
 ) -> LiveStack:
@@ -326,7 +335,9 @@ def start_live_stack(
         gpu = stack.node("gpu")
         assert gpu.exporter and gpu.gpus
         _wait_for_xid_watch(gpu.exporter)
-        time.sleep(max(0.0, FAULTS_AFTER_S - (time.monotonic() - t_scraping)))
+        _wait_for_series(stack.api, 'wattprobe_gpu_lost{node="gpu"}')
+        stack.timings["first_gpu_scrape_s"] = time.monotonic() - t_scraping
+        time.sleep(HEALTHY_FIRST_S)
         inject_faults(gpu.gpus)
         stack.faults_at = time.time()
         stack.timings["faults_after_s"] = time.monotonic() - t_scraping
