@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from exporter.web.http import HttpLimits
+
 DEFAULT_PORT = 28390
 
 
@@ -144,6 +146,7 @@ class Config:
     pod_source: PodSource = PodSource.AUTO
     node_name: str = field(default_factory=lambda: os.environ.get("NODE_NAME", ""))
     log_level: str = "info"
+    http_limits: HttpLimits = field(default_factory=HttpLimits)
 
     @property
     def cgroup_root(self) -> Path:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -46,14 +48,21 @@ class ExporterProcess:
     proc: subprocess.Popen[bytes]
     port: int
     log_path: Path
+    scheme: str = "http"
+    ssl_context: ssl.SSLContext | None = None  # for https: how the client verifies the server
+    auth: tuple[str, str] | None = None  # basic auth (user, password) sent with every get
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def get(self, path: str = "/metrics", timeout: float = 5.0) -> tuple[int, str]:
+        request = urllib.request.Request(self.url + path)
+        if self.auth is not None:
+            token = base64.b64encode(f"{self.auth[0]}:{self.auth[1]}".encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
         try:
-            with urllib.request.urlopen(self.url + path, timeout=timeout) as resp:
+            with urllib.request.urlopen(request, timeout=timeout, context=self.ssl_context) as resp:
                 return resp.status, resp.read().decode()
         except urllib.error.HTTPError as err:
             return err.code, err.read().decode()
@@ -111,14 +120,24 @@ def _interval_count(body: str) -> float:
 
 
 def start_exporter(
-    args: list[str], log_dir: Path, env: dict[str, str] | None = None, wait: str = "/healthz"
+    args: list[str],
+    log_dir: Path,
+    env: dict[str, str] | None = None,
+    wait: str = "/healthz",
+    *,
+    scheme: str = "http",
+    ssl_context: ssl.SSLContext | None = None,
+    auth: tuple[str, str] | None = None,
+    prefix: list[str] | None = None,
 ) -> ExporterProcess:
+    """prefix: argv put before the python command (e.g. setpriv to drop privileges)."""
     port = free_port()
     log_path = log_dir / f"exporter-{port}.log"
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [
+                *(prefix or []),
                 sys.executable,
                 "-m",
                 "exporter",
@@ -133,7 +152,7 @@ def start_exporter(
             stdin=subprocess.DEVNULL,
             env=full_env,
         )
-    running = ExporterProcess(proc, port, log_path)
+    running = ExporterProcess(proc, port, log_path, scheme, ssl_context, auth)
     try:
         running.wait_for(wait)
     except BaseException:
