@@ -124,7 +124,7 @@ class Pki:
         directory.mkdir(parents=True, exist_ok=True)
         ca = Authority.create(directory, "test-ca")
         rogue = Authority.create(directory, "rogue-ca")
-        loopback = [
+        loopback: list[x509.GeneralName] = [
             x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
             x509.DNSName("localhost"),
         ]
@@ -145,5 +145,5 @@ class Pki:
 
     def reissue_server(self, stem: str) -> Pair:
         """Another server certificate from the same CA (for rotation tests)."""
-        loopback = [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+        loopback: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
         return self.authority.issue(self.directory, stem, server=True, sans=loopback)

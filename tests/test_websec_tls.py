@@ -60,7 +60,10 @@ def test_basic_auth_over_tls(pki: Pki, serve: Start, tmp_path: Path) -> None:
         tmp_path / "web.yml",
         {
             "tls_server_config": tls_section(pki),
-            "basic_auth_users": {"prometheus": bcrypt_hash("correct horse"), "bob": bcrypt_hash("b")},
+            "basic_auth_users": {
+                "prometheus": bcrypt_hash("correct horse"),
+                "bob": bcrypt_hash("b"),
+            },
         },
     )
     ctx = client_context(pki.ca)
@@ -205,7 +208,9 @@ def test_reload_rotated_certificate_and_users(pki: Pki, serve: Start, tmp_path: 
     key.write_bytes(pki.server.key.read_bytes())
     config = tmp_path / "web.yml"
     tls = {"cert_file": "tls.crt", "key_file": "tls.key"}  # relative to the config file
-    write_config(config, {"tls_server_config": tls, "basic_auth_users": {"alice": bcrypt_hash("a")}})
+    write_config(
+        config, {"tls_server_config": tls, "basic_auth_users": {"alice": bcrypt_hash("a")}}
+    )
     ctx = client_context(pki.ca)
     exporter = serve(config, scheme="https", ssl_context=ctx, auth=("alice", "a"))
     first = _peer_serial(exporter.port, ctx)
