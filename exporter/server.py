@@ -37,6 +37,7 @@ from exporter.web.http import (
     Request,
     Response,
     error_response,
+    linger,
     render,
 )
 from exporter.web.live import LiveWebConfig, WebState
@@ -278,10 +279,12 @@ class MetricsServer(socketserver.TCPServer):
             except HttpError as exc:
                 refusal = error_response(exc.status, self._extra_headers())
                 conn.send(render(refusal, head_only=False))
+                linger(conn.sock)
                 return
             except ReadTimeout as exc:
                 if exc.got_bytes:
                     conn.send(render(error_response(408, self._extra_headers()), head_only=False))
+                    linger(conn.sock)
                 return
             if req is None:
                 return
@@ -305,6 +308,8 @@ class MetricsServer(socketserver.TCPServer):
                 if slot and self._scrapes is not None:
                     self._scrapes.release()
             if close:
+                if req.has_body:
+                    linger(conn.sock)  # the unread body must not turn into a reset
                 return
 
     def _respond(self, req: Request) -> tuple[Response, bool]:

@@ -209,7 +209,7 @@ class Connection:
                 return parse_head(head)
             newline = self._buf.find(b"\n")
             line_len = newline if newline >= 0 else len(self._buf)
-            if line_len > limits.max_request_line:
+            if line_len > min(limits.max_request_line, limits.max_header_bytes):
                 raise HttpError(414)
             if len(self._buf) > limits.max_header_bytes:
                 raise HttpError(431)
@@ -241,6 +241,33 @@ class Connection:
             self.sock.settimeout(remaining)
             sent = self.sock.send(view[:65536])
             view = view[sent:]
+
+
+LINGER_S = 0.5
+LINGER_BYTES = 256 * 1024
+
+
+def linger(sock: socket.socket) -> None:
+    """Half-close and discard what the client still sends, briefly, before the caller closes.
+
+    Closing a socket with unread input makes the kernel send a reset, which can destroy the
+    error response the client has not read yet. Bounded in time and bytes, like Go's server.
+    """
+    try:
+        sock.shutdown(socket.SHUT_WR)
+        deadline = _now() + LINGER_S
+        drained = 0
+        while drained < LINGER_BYTES:
+            remaining = deadline - _now()
+            if remaining <= 0:
+                return
+            sock.settimeout(remaining)
+            chunk = sock.recv(65536)
+            if not chunk:
+                return
+            drained += len(chunk)
+    except OSError:
+        return
 
 
 def _now() -> float:
