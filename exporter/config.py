@@ -113,7 +113,7 @@ def parse_duration(text: str) -> float:
 def parse_listen_address(text: str) -> tuple[str, int]:
     """':28390', '127.0.0.1:9000', '[::1]:9000' -> (host, port); an empty host means all."""
     host, sep, port_text = text.rpartition(":")
-    if not sep or not port_text.isdigit():
+    if not sep or not port_text.isascii() or not port_text.isdigit():  # "٣".isdigit() is True
         raise ValueError(f"{text!r} is not HOST:PORT (e.g. :{DEFAULT_PORT})")
     port = int(port_text)
     if port > 65535:
