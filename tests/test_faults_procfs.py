@@ -195,3 +195,30 @@ def test_real_process_with_a_non_utf8_name() -> None:
     finally:
         child.kill()
         child.wait(10)
+
+
+def test_proc_stat_unreadable_then_back(host: FixtureHost, exporter: ExporterProcess) -> None:
+    """/proc/stat turns to garbage: procfs is down with a reason, power is still measured."""
+    watch = CounterWatch(exporter)
+    start = watch.next()
+    stat = host.procfs / "stat"
+    good = stat.read_text()
+    stat.write_text("garbage\n")
+    for _ in range(2):
+        host.add_energy_j("intel-rapl:0", 5.0)
+        samples = watch.next()
+        up = select(samples, "wattprobe_source_up", source="procfs")
+        assert list(up.values()) == [0.0]
+        assert dict(next(iter(up))).get("reason") == "read error"
+        rapl = select(samples, "wattprobe_source_up", source="rapl")
+        assert list(rapl.values()) == [1.0]
+    node = "wattprobe_node_energy_joules_total"
+    package = {"device": "intel-rapl:0", "source": "rapl"}
+    counted = sum(select(samples, node, **package).values()) - sum(
+        select(start, node, **package).values()
+    )
+    assert counted == pytest.approx(10.0)
+    stat.write_text(good)
+    host.add_cpu_ticks(busy=50, idle=50)
+    samples = watch.next()
+    assert list(select(samples, "wattprobe_source_up", source="procfs").values()) == [1.0]
