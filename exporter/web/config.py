@@ -211,13 +211,19 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     return value
 
 
+def _shown(key: str) -> str:
+    """A key as it can appear in a one-line message: as written if plain, else quoted."""
+    return key if key.isprintable() and len(key) <= 64 else repr(key[:64])
+
+
 def _known_keys(section: Mapping[str, Any], where: str, known: tuple[str, ...]) -> None:
     for key in section:
         full = f"{where}.{key}" if where else key
         if full in _UNSUPPORTED:
             raise WebConfigError(f"{full}: not supported by wattprobe ({_UNSUPPORTED[full]})")
         if key not in known:
-            raise WebConfigError(f"{full}: unknown key")
+            shown = f"{where}.{_shown(key)}" if where else _shown(key)
+            raise WebConfigError(f"{shown}: unknown key")
 
 
 def _string(section: Mapping[str, Any], key: str, where: str) -> str | None:
