@@ -39,9 +39,9 @@ def serve(host: FixtureHost, tmp_path: Path) -> Iterator[Start]:
     """Start `wattprobe serve --web.config.file CONFIG` on the fixture host."""
     started: list[ExporterProcess] = []
 
-    def start(config: Path, **kwargs: Any) -> ExporterProcess:
+    def start(config: Path, *args: str, **kwargs: Any) -> ExporterProcess:
         proc = start_exporter(
-            [*host.args(), "--web.config.file", str(config)], log_dir=tmp_path, **kwargs
+            [*host.args(), "--web.config.file", str(config), *args], log_dir=tmp_path, **kwargs
         )
         started.append(proc)
         return proc
@@ -323,3 +323,36 @@ def _eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def test_slow_tls_handshake_is_cut_off(pki: Pki, serve: Start, tmp_path: Path) -> None:
+    """A client trickling its ClientHello byte by byte is dropped at the header timeout."""
+    config = write_config(tmp_path / "web.yml", {"tls_server_config": tls_section(pki)})
+    ctx = client_context(pki.ca)
+    exporter = serve(config, "--web.read-header-timeout", "1s", scheme="https", ssl_context=ctx)
+    # a real ClientHello, made without a socket
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    hello_maker = ctx.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    with pytest.raises(ssl.SSLWantReadError):
+        hello_maker.do_handshake()
+    hello = outgoing.read()
+    assert hello[:1] == b"\x16"  # a TLS handshake record
+    with _connect(exporter.port) as sock:
+        sock.settimeout(0.2)
+        start = time.monotonic()
+        closed = False
+        for byte in hello[:-1]:  # never the whole hello
+            try:
+                sock.sendall(bytes([byte]))
+                if sock.recv(1) == b"":
+                    closed = True
+                    break
+            except TimeoutError:
+                continue
+            except OSError:
+                closed = True
+                break
+        elapsed = time.monotonic() - start
+    assert closed, "the server waited for the whole trickled hello"
+    assert elapsed < 1 + 3
+    assert request(exporter.port, context=ctx).status == 200
