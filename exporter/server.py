@@ -331,10 +331,12 @@ class MetricsServer(socketserver.TCPServer):
             slot = True
         try:
             return _with_headers(self.routes.handle(req), extra), slot
-        except BaseException:
+        except Exception:
+            # a rendering bug must cost one response, not the connection thread or a slot
+            log.exception("serving %s failed", self.routes.telemetry_path)
             if slot and self._scrapes is not None:
                 self._scrapes.release()
-            raise
+            return _with_headers(error_response(500), extra), False
 
     def _extra_headers(self) -> tuple[tuple[str, str], ...]:
         if self.web is None:

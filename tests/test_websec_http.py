@@ -351,3 +351,31 @@ def test_abuse_leaves_scrapes_served(host: FixtureHost, tmp_path: Path) -> None:
             time.sleep(0.1)
     finally:
         exporter.stop()
+
+
+def test_a_failing_render_is_a_500_not_a_dead_server() -> None:
+    calls = [0]
+
+    def broken_snapshot() -> Snapshot:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise RuntimeError("collector bug")
+        return EMPTY_SNAPSHOT
+
+    server = make_server(
+        "127.0.0.1",
+        0,
+        broken_snapshot,
+        Health(alive=lambda: True, ready=lambda: True),
+        "/metrics",
+        limits=HttpLimits(max_requests=1),
+    )
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        reply = request(port)
+        assert reply.status == 500 and b"collector bug" not in reply.body
+        assert request(port).status == 200  # the one scrape slot was given back
+    finally:
+        server.shutdown()
+        server.server_close()
