@@ -19,9 +19,10 @@ def read_text(path: str) -> str:
 
 def read_int(path: str) -> int:
     """A sysfs number. Raises ValueError on garbage, OSError on read failure."""
-    text = read_text(path)
-    # sysfs writes plain ASCII digits; int() would also take "+5", "1_000", "-0" and non-ASCII
-    # digits, which in a counter file can only be garbage
+    with open(path) as f:
+        # sysfs writes ASCII digits and a newline; int() would also take "+5", "1_000", "-0",
+        # non-ASCII digits and str.strip() control characters: in a counter, only garbage
+        text = f.read().strip(" \t\r\n")
     if not text.isascii() or not text.isdigit():
         if text.startswith("-") and text[1:].isascii() and text[1:].isdigit():
             raise ValueError(f"negative value {text} in {path}")
