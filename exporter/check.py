@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from exporter.config import Config
+from exporter.gpu.check import check_nvml
 from exporter.readings import ABSENT, EnergyReading, SourceError
 from exporter.sources.estimate import CpuPowerModel
 from exporter.sources.hwmon import HwmonSource
@@ -123,6 +124,11 @@ def run_checks(config: Config) -> list[CheckResult]:
                 found=f"{use}; model {model.idle_w:g} W idle .. {model.max_w:g} W busy",
             )
         )
+    if config.enabled("nvml"):
+        nvml = check_nvml(config.procfs)
+        results.append(CheckResult("nvml", POWER, nvml.ok, nvml.found, nvml.reason, nvml.fix))
+    else:
+        results.append(_disabled("nvml", POWER))
     return results
 
 

@@ -372,6 +372,7 @@ def run_server(config: Config, web: LiveWebConfig | None = None) -> None:
     server.shutdown()
     server.server_close()
     loop_thread.join(timeout=10)
+    monitor.close()
 
 
 def _log_web_security(web: LiveWebConfig | None) -> None:

@@ -13,13 +13,15 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from exporter import __version__
+from exporter.gpu.collect import gpu_families
+from exporter.metrics import BY_NAME, PREFIX
 from exporter.snapshot import Energy, Snapshot
 
-PREFIX = "wattprobe_"
 
-
-def _family(name: str, doc: str, kind: str) -> Metric:
-    return Metric(PREFIX + name, doc, kind)
+def _family(name: str) -> Metric:
+    """A fresh, empty family for a metric of the catalogue (exporter/metrics.py)."""
+    spec = BY_NAME[name]
+    return Metric(PREFIX + spec.name, spec.help, spec.kind)
 
 
 def _add(metric: Metric, labels: Mapping[str, str], value: float) -> None:
@@ -43,24 +45,17 @@ class SnapshotCollector(Collector):
         yield from self._self_metrics(snap)
         yield from self._node_metrics(snap)
         yield from self._workload_metrics(snap)
+        yield from gpu_families(snap)
 
     def _self_metrics(self, snap: Snapshot) -> Iterator[Metric]:
-        info = _family("build_info", "wattprobe build, value 1.", "gauge")
+        info = _family("build_info")
         _add(info, {"version": __version__, "python": platform.python_version()}, 1)
         yield info
-        intervals = _family("intervals", "Attribution intervals completed since start.", "counter")
+        intervals = _family("intervals")
         _add(intervals, {}, snap.sequence)
         yield intervals
-        up = _family(
-            "source_up",
-            "1 if the source worked in the last interval; reason says why not.",
-            "gauge",
-        )
-        duration = _family(
-            "collect_duration_seconds",
-            "Time the source took to read in the last interval.",
-            "gauge",
-        )
+        up = _family("source_up")
+        duration = _family("collect_duration_seconds")
         for s in snap.sources:
             _add(up, {"source": s.source, "reason": "" if s.up else s.reason}, 1 if s.up else 0)
             _add(duration, {"source": s.source}, s.duration_s)
@@ -69,17 +64,10 @@ class SnapshotCollector(Collector):
 
     def _node_metrics(self, snap: Snapshot) -> Iterator[Metric]:
         if snap.cpu_usage_ratio is not None:
-            usage = _family(
-                "node_cpu_usage_ratio", "Node CPU busy fraction over the last interval.", "gauge"
-            )
+            usage = _family("node_cpu_usage_ratio")
             _add(usage, {}, snap.cpu_usage_ratio)
             yield usage
-        node = _family(
-            "node_energy_joules",
-            "Energy measured (or, with source=estimated, modelled) per zone and device, split "
-            "into active and idle. Zones overlap (package contains core): never sum across zones.",
-            "counter",
-        )
+        node = _family("node_energy_joules")
         for z in snap.node_energy:
             labels = {"zone": z.zone, "device": z.device, "source": z.source}
             _add(node, {**labels, "mode": "active"}, z.active_j)
@@ -87,21 +75,16 @@ class SnapshotCollector(Collector):
         yield node
 
     def _workload_metrics(self, snap: Snapshot) -> Iterator[Metric]:
-        container_energy = _family(
-            "container_energy_joules",
-            "Energy attributed to a container, per zone and mode.",
-            "counter",
-        )
-        cpu = _family("container_cpu_seconds", "CPU time of a container's tasks.", "counter")
-        ioctls = _family(
-            "container_gpu_ioctls", "GPU driver ioctls issued by a container's tasks.", "counter"
-        )
+        container_energy = _family("container_energy_joules")
+        cpu = _family("container_cpu_seconds")
+        ioctls = _family("container_gpu_ioctls")
         for c in snap.containers:
             ids = {
                 "container_id": c.container_id,
                 "container": c.container,
                 "pod": c.pod,
                 "namespace": c.namespace,
+                "pod_uid": c.pod_uid,
             }
             _energy_samples(container_energy, c.energy, ids)
             _add(cpu, ids, c.cpu_seconds)
@@ -112,9 +95,7 @@ class SnapshotCollector(Collector):
         if ioctls.samples:
             yield ioctls
 
-        pod_energy = _family(
-            "pod_energy_joules", "Energy attributed to a pod: the sum of its containers.", "counter"
-        )
+        pod_energy = _family("pod_energy_joules")
         for p in snap.pods:
             _energy_samples(
                 pod_energy, p.energy, {"pod": p.pod, "namespace": p.namespace, "pod_uid": p.pod_uid}
@@ -122,7 +103,7 @@ class SnapshotCollector(Collector):
         yield pod_energy
 
         if snap.processes:
-            process = _family("process_energy_joules", "Energy attributed to a process.", "counter")
+            process = _family("process_energy_joules")
             for pr in snap.processes:
                 labels = {
                     "pid": str(pr.pid),

@@ -38,6 +38,7 @@ COLLECTOR_DEFAULTS: dict[str, bool] = {
     "rapl": True,
     "hwmon": True,
     "estimate": True,
+    "nvml": True,
     "process": False,
 }
 

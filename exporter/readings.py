@@ -23,6 +23,7 @@ class EnergyReading:
     energy_uj: int | None = None
     max_energy_uj: int | None = None
     power_w: float | None = None
+    max_power_w: float | None = None  # what the domain can plausibly draw; None: the generic bound
 
 
 @dataclass(frozen=True, slots=True)

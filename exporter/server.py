@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from exporter import __version__
 from exporter.collector import SnapshotCollector
@@ -44,6 +43,10 @@ from exporter.web.live import LiveWebConfig, WebState
 from exporter.web.tls import san_allowed
 
 log = logging.getLogger(__name__)
+
+# The classic text format: every name we expose is a legacy-valid name, and every Prometheus
+# since 1.x (and other scrapers) reads it.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class ExpositionCache:
@@ -143,7 +146,7 @@ class Routes:
             headers: tuple[tuple[str, str], ...] = (("Vary", "Accept-Encoding"),)
             if want_gzip:
                 headers += (("Content-Encoding", "gzip"),)
-            return Response(200, self.cache.get(want_gzip), CONTENT_TYPE_LATEST, headers)
+            return Response(200, self.cache.get(want_gzip), CONTENT_TYPE, headers)
         if req.path == "/healthz":
             ok = self.health.alive()
             return Response(200 if ok else 503, b"ok\n" if ok else b"monitor loop stalled\n")

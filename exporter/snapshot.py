@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.readings import SourceStatus
+from exporter.gpu.snapshot import ContainerGpuMemory, GpuCounters
+from exporter.readings import SourceStatus, TaskKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,7 @@ class PodCounters:
 
 @dataclass(frozen=True, slots=True)
 class ProcessCounters:
+    task: TaskKey  # identity (pid, start time); not exported
     pid: int
     comm: str
     container_id: str
@@ -76,6 +78,8 @@ class Snapshot:
     retired_containers: tuple[Energy, ...]  # all energy of containers already dropped
     sources: tuple[SourceStatus, ...]
     attributed_zones: tuple[str, ...]  # node zones whose energy is split among workloads
+    gpus: tuple[GpuCounters, ...] = ()
+    gpu_container_memory: tuple[ContainerGpuMemory, ...] = ()
 
 
 EMPTY_SNAPSHOT = Snapshot(

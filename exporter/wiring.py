@@ -10,6 +10,7 @@ from exporter.config import Config
 from exporter.monitor import ActivitySource, Monitor, MonitorSettings, PowerSource
 from exporter.sources.estimate import CpuPowerModel
 from exporter.sources.hwmon import HwmonSource
+from exporter.sources.nvml import NvmlSource
 from exporter.sources.procfs import ProcfsSource
 from exporter.sources.rapl import RaplSource
 
@@ -50,4 +51,5 @@ def build_monitor(config: Config) -> Monitor:
             with_processes=config.enabled("process"),
             retention_s=config.retention_s,
         ),
+        gpus=NvmlSource(config.procfs) if config.enabled("nvml") else None,
     )
