@@ -295,3 +295,24 @@ def test_unreadable_energy_uj(unprivileged_host: FixtureHost, tmp_path: Path) ->
 def _proc_status(pid: int) -> dict[str, str]:
     lines = Path(f"/proc/{pid}/status").read_text().splitlines()
     return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+
+
+def test_wrap_during_a_gap_is_dropped_not_guessed(run: Run) -> None:
+    """intel-rapl:1:1 sits 1.5 J below its range. It turns unreadable, wraps while unseen,
+    and comes back lower: a wrap or a reset? After a gap that cannot be told, so the gap is
+    not counted (losing energy rather than inventing it), and counting then resumes exactly."""
+    device = "intel-rapl:1:1"
+    samples = run.watch.next()
+    counted = run.counted(samples, device)
+    before = run.host.energy_uj(device)
+    garbage(run.host, device)
+    samples = run.watch.next()
+    assert node_energy(samples, "rapl", device) - node_energy(run.start, "rapl", device) == counted
+    max_uj = int((run.host.rapl_dir(device) / "max_energy_range_uj").read_text())
+    run.host.set_energy_uj(device, (before + 3_000_000) % max_uj)  # 3 J later, past the wrap
+    samples = run.watch.next()
+    assert source_up(samples, "rapl") == (1.0, "")
+    assert run.counted(samples, device) == counted  # the gap: dropped
+    run.advance([device], joules=2.0)
+    samples = run.watch.next()
+    assert abs(run.counted(samples, device) - counted - 2.0) < EPS_J
