@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from exporter.web.http import HttpLimits
+
 DEFAULT_PORT = 28390
 
 
@@ -120,7 +122,7 @@ def parse_duration(text: str) -> float:
 def parse_listen_address(text: str) -> tuple[str, int]:
     """':28390', '127.0.0.1:9000', '[::1]:9000' -> (host, port); an empty host means all."""
     host, sep, port_text = text.rpartition(":")
-    if not sep or not port_text.isdigit():
+    if not sep or not port_text.isascii() or not port_text.isdigit():  # "٣".isdigit() is True
         raise ValueError(f"{text!r} is not HOST:PORT (e.g. :{DEFAULT_PORT})")
     port = int(port_text)
     if port > 65535:
@@ -155,6 +157,7 @@ class Config:
     log_level: str = "info"
     ebpf_kernel_headers: Path | None = None  # None: the running kernel's, else a generic set
     ebpf_gpu_ioctls: GpuIoctls = GpuIoctls.AUTO
+    http_limits: HttpLimits = field(default_factory=HttpLimits)
 
     @property
     def cgroup_root(self) -> Path:

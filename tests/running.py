@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -47,14 +49,21 @@ class ExporterProcess:
     proc: subprocess.Popen[bytes]
     port: int
     log_path: Path
+    scheme: str = "http"
+    ssl_context: ssl.SSLContext | None = None  # for https: how the client verifies the server
+    auth: tuple[str, str] | None = None  # basic auth (user, password) sent with every get
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def get(self, path: str = "/metrics", timeout: float = 5.0) -> tuple[int, str]:
+        request = urllib.request.Request(self.url + path)
+        if self.auth is not None:
+            token = base64.b64encode(f"{self.auth[0]}:{self.auth[1]}".encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
         try:
-            with urllib.request.urlopen(self.url + path, timeout=timeout) as resp:
+            with urllib.request.urlopen(request, timeout=timeout, context=self.ssl_context) as resp:
                 return resp.status, resp.read().decode()
         except urllib.error.HTTPError as err:
             return err.code, err.read().decode()
@@ -116,9 +125,13 @@ def start_exporter(
     log_dir: Path,
     env: dict[str, str] | None = None,
     wait: str = "/healthz",
+    *,
+    scheme: str = "http",
+    ssl_context: ssl.SSLContext | None = None,
+    auth: tuple[str, str] | None = None,
     prefix: Sequence[str] = (),
 ) -> ExporterProcess:
-    """prefix: a command the exporter runs under (e.g. capsh dropping capabilities)."""
+    """prefix: argv the exporter runs under (e.g. setpriv or capsh dropping privileges)."""
     port = free_port()
     log_path = log_dir / f"exporter-{port}.log"
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
@@ -140,7 +153,7 @@ def start_exporter(
             stdin=subprocess.DEVNULL,
             env=full_env,
         )
-    running = ExporterProcess(proc, port, log_path)
+    running = ExporterProcess(proc, port, log_path, scheme, ssl_context, auth)
     try:
         running.wait_for(wait)
     except BaseException:
