@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -303,3 +305,58 @@ def test_the_agent_serves_ebpf_activity_with_the_manifest_capabilities(
             exporter.stop()
         busy.kill()
         busy.wait()
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_uid_0_is_what_spares_dac_read_search(real_bcc: str, generic_headers: Path) -> None:
+    """Why the DaemonSet runs as uid 0 rather than as a user with capabilities: tracefs is
+    root's (mode 0700), so a non-root agent with BPF and PERFMON cannot even find the
+    tracepoints (a clean "permission denied" from `wattprobe check`, not a crash) and needs
+    DAC_READ_SEARCH, which the manifest deliberately leaves out (it allows open_by_handle_at on
+    any host file)."""
+    if Path("/sys/kernel/tracing").stat().st_mode & 0o005:
+        missing("tracefs with its default mode 0700 (this one is readable by others)")
+    nobody = [real_bcc, "--reuid=65534", "--regid=65534", "--clear-groups"]
+    probe = subprocess.run(
+        [*nobody, "--", sys.executable, "-c", "import exporter"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+        cwd="/",
+    )
+    if probe.returncode != 0:
+        missing("a checkout and venv that uid 65534 can read")
+
+    # pytest's tmp dirs are 0700 root: give nobody its own copy of the image's headers
+    shared = Path(tempfile.mkdtemp(prefix="wattprobe-headers-"))
+    shared.chmod(0o755)
+    headers = shared / "kernel-headers"
+    subprocess.run(["cp", "-a", str(generic_headers), str(headers)], check=True, timeout=120)
+
+    def check_as_nobody(caps: str) -> dict[str, Any]:
+        argv = [
+            *nobody,
+            f"--inh-caps={caps}",
+            f"--ambient-caps={caps}",
+            "--",
+            *(sys.executable, "-m", "exporter", "check", "--json", "--activity-source", "ebpf"),
+        ]
+        env = {k: v for k, v in os.environ.items() if k != "BCC_KERNEL_SOURCE"}
+        env |= _manifest_ebpf_env(headers)
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=180, check=False, env=env, cwd="/"
+        )
+        assert "Traceback" not in proc.stderr and proc.stdout, proc.stderr
+        report = {s["source"]: s for s in json.loads(proc.stdout)["sources"]}
+        result: dict[str, Any] = report["ebpf"]
+        return result
+
+    try:
+        without = check_as_nobody("+bpf,+perfmon")
+        assert not without["ok"] and without["reason"].startswith("permission denied"), without
+        assert "tracefs" in without["reason"] and "CAP_DAC_READ_SEARCH" in without["fix"]
+        with_dac = check_as_nobody("+bpf,+perfmon,+dac_read_search")
+        assert with_dac["ok"], with_dac
+    finally:
+        shutil.rmtree(shared)
