@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import os
@@ -47,8 +48,9 @@ def _built(overlay: str) -> tuple[Obj, ...]:
 
 
 def build(overlay: str) -> list[Obj]:
-    """The overlay's objects (built once per test session; callers get their own list)."""
-    return [dict(obj) for obj in _built(overlay)]
+    """The overlay's objects (built once per test session; callers get their own deep copy,
+    which they may change)."""
+    return copy.deepcopy(list(_built(overlay)))
 
 
 def build_with_components(tmp: Path, overlay: str, *components: str) -> list[Obj]:
