@@ -20,6 +20,7 @@ import click
 
 from exporter import __version__
 from exporter.check import exit_status, run_checks
+from exporter.cli_kube import kube_options
 from exporter.config import (
     COLLECTOR_DEFAULTS,
     DEFAULT_PORT,
@@ -214,14 +215,7 @@ def cli() -> None:
     callback=_converter(parse_duration),
     help="how long series of terminated containers and processes stay",
 )
-@_option(
-    "--kube.pod-source",
-    "pod_source",
-    default="auto",
-    type=click.Choice([p.value for p in PodSource]),
-    help="where pod names come from: auto, none, kubelet, apiserver",
-)
-@_option("--kube.node-name", "node_name", default="", help="this node's name [default: $NODE_NAME]")
+@kube_options
 @source_options
 def serve(**kw: Any) -> None:
     """Serve /metrics for Prometheus."""
@@ -280,6 +274,7 @@ def run_server(config: Config) -> None:
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+@kube_options
 @source_options
 def check(as_json: bool, **kw: Any) -> None:
     """Check every source on this machine; exit 0 when power and activity can be measured."""

@@ -7,6 +7,7 @@ immutable Snapshot, so all series of a scrape come from the same instant.
 from __future__ import annotations
 
 import platform
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client.core import Metric
@@ -43,6 +44,7 @@ class SnapshotCollector(Collector):
         yield from self._self_metrics(snap)
         yield from self._node_metrics(snap)
         yield from self._workload_metrics(snap)
+        yield from self._kube_metrics(snap)
 
     def _self_metrics(self, snap: Snapshot) -> Iterator[Metric]:
         info = _family("build_info", "wattprobe build, value 1.", "gauge")
@@ -132,3 +134,44 @@ class SnapshotCollector(Collector):
                 }
                 _energy_samples(process, pr.energy, labels)
             yield process
+
+    def _kube_metrics(self, snap: Snapshot) -> Iterator[Metric]:
+        if snap.pod_info:
+            info = _family(
+                "pod_info",
+                "A pod's identity with its allow-listed Kubernetes labels (label_<name>), value 1.",
+                "gauge",
+            )
+            for p in snap.pod_info:
+                labels = {"namespace": p.namespace, "pod": p.pod, "pod_uid": p.pod_uid}
+                for key, value in p.labels:
+                    labels.setdefault(pod_label_name(key), value)
+                _add(info, labels, 1)
+            yield info
+        if snap.gpu_allocations:
+            alloc = _family(
+                "gpu_allocation_info",
+                "A container holds this GPU (or a MIG instance or time-slice of it) according to "
+                "the kubelet's PodResources API, value 1.",
+                "gauge",
+            )
+            for a in snap.gpu_allocations:
+                labels = {
+                    "gpu": a.gpu,
+                    "uuid": a.uuid,
+                    "namespace": a.namespace,
+                    "pod": a.pod,
+                    "container": a.container,
+                }
+                if a.gpu_instance:
+                    labels["gpu_instance"] = a.gpu_instance
+                _add(alloc, labels, 1)
+            yield alloc
+
+
+_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def pod_label_name(key: str) -> str:
+    """A Kubernetes label key as a Prometheus label name, the way kube-state-metrics writes it."""
+    return "label_" + _LABEL_CHARS.sub("_", key)

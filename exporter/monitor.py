@@ -35,8 +35,10 @@ from exporter.snapshot import (
     EMPTY_SNAPSHOT,
     ContainerCounters,
     Energy,
+    GpuAllocation,
     NodeZoneEnergy,
     PodCounters,
+    PodInfo,
     ProcessCounters,
     Snapshot,
 )
@@ -84,6 +86,10 @@ class WorkloadNames(Protocol):
         ...
 
 
+# A source that runs on its own thread (pod metadata, PodResources): each step asks it how it is.
+StatusProvider = Callable[[], Sequence[SourceStatus]]
+
+
 class NoNames:
     """Before pod metadata exists: pseudo-containers carry their name, the rest only their IDs."""
 
@@ -128,6 +134,9 @@ class Monitor:
         names: WorkloadNames | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        status_providers: Sequence[StatusProvider] = (),
+        pod_info: Callable[[], Sequence[PodInfo]] | None = None,
+        gpu_allocations: Callable[[], Sequence[GpuAllocation]] | None = None,
     ) -> None:
         self._cpu = cpu
         self._activity = activity
@@ -137,6 +146,9 @@ class Monitor:
         self._names = names or NoNames()
         self._clock = clock
         self._wall_clock = wall_clock
+        self._status_providers = list(status_providers)
+        self._pod_info = pod_info
+        self._gpu_allocations = gpu_allocations
 
         self._prev: _Previous | None = None
         self._baselines: dict[ZoneId, IdleBaseline] = {}
@@ -175,6 +187,8 @@ class Monitor:
             readings.extend((r, stamp) for r in got or ())
         if readings:
             self._measured_seen = True
+        for provider in self._status_providers:
+            statuses.extend(_provided(provider, ()))
 
         prev = self._prev
         dt = now - prev.time if prev else 0.0
@@ -492,6 +506,10 @@ class Monitor:
             retired_containers=_energy_items(self._retired_containers),
             sources=tuple(statuses),
             attributed_zones=attributed,
+            pod_info=tuple(_provided(self._pod_info, ())) if self._pod_info else (),
+            gpu_allocations=(
+                tuple(_provided(self._gpu_allocations, ())) if self._gpu_allocations else ()
+            ),
         )
 
     # -- the loop -------------------------------------------------------------------------
@@ -555,6 +573,15 @@ def _energy_between(old: EnergyReading, new: EnergyReading, dt: float) -> float 
 
 def _energy_items(totals: Mapping[EnergyKey, float]) -> tuple[Energy, ...]:
     return tuple(Energy(z, g, m, j) for (z, g, m), j in sorted(totals.items()))
+
+
+def _provided(fn: Callable[[], Sequence[T]], default: Sequence[T]) -> Sequence[T]:
+    """What a background source's accessor returns; its failure must not fail the interval."""
+    try:
+        return fn()
+    except Exception:
+        log.exception("background source accessor %r failed", fn)
+        return default
 
 
 def _since(start: float) -> float:

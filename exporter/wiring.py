@@ -12,6 +12,7 @@ from exporter.sources.estimate import CpuPowerModel
 from exporter.sources.hwmon import HwmonSource
 from exporter.sources.procfs import ProcfsSource
 from exporter.sources.rapl import RaplSource
+from exporter.workloads.kube import KubeWorkloads
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,9 @@ def build_monitor(config: Config) -> Monitor:
         model = partial(
             CpuPowerModel.for_cpus, idle_w=config.estimate_idle_w, max_w=config.estimate_max_w
         )
+    # pod names and GPU holders: background threads, started here, daemon (die with the process)
+    kube = KubeWorkloads.from_config(config)
+    kube.start()
     return Monitor(
         cpu=procfs,
         activity=activity_source(config, procfs),
@@ -50,4 +54,8 @@ def build_monitor(config: Config) -> Monitor:
             with_processes=config.enabled("process"),
             retention_s=config.retention_s,
         ),
+        names=kube.names,
+        status_providers=[kube.statuses],
+        pod_info=kube.pod_info,
+        gpu_allocations=kube.gpu_allocations,
     )
