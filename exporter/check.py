@@ -123,6 +123,10 @@ def run_checks(config: Config) -> list[CheckResult]:
                 found=f"{use}; model {model.idle_w:g} W idle .. {model.max_w:g} W busy",
             )
         )
+    # imported here: check_kube builds on CheckResult from this module
+    from exporter.check_kube import kube_checks  # noqa: PLC0415
+
+    results.extend(kube_checks(config))
     return results
 
 

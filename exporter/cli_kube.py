@@ -128,7 +128,7 @@ def kube_options(func: F) -> F:
             "podresources_socket",
             default=str(PODRESOURCES_SOCKET),
             callback=_optional_path,
-            help="kubelet PodResources socket (GPU -> pod); \"none\" or empty turns it off",
+            help='kubelet PodResources socket (GPU -> pod); "none" or empty turns it off',
         ),
     ]
     for opt in reversed(opts):
