@@ -433,10 +433,11 @@ class FakeApiserver(_HttpFake):
                 self._event("DELETED", obj)
 
     def compact(self) -> None:
-        """Forget history: watches from older versions get HTTP 410."""
+        """Compact past every version handed out so far (as if etcd compacted while the client
+        was between watches): a watch from any of them gets HTTP 410."""
         with self.cond:
             self.state.history.clear()
-            self.state.oldest_rv = self.state.rv + 1
+            self.state.oldest_rv = self.state.rv + 2
 
     def expire_watches(self) -> None:
         """Open watches get a 410 ERROR event (etcd compacted under them)."""
