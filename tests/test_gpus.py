@@ -51,7 +51,7 @@ def test_foreign_ids_name_no_gpu(device_id: str) -> None:
     assert resolve_device(device_id) is None
 
 
-def A(pod: str, container: str, resource: str, device_id: str) -> DeviceAssignment:  # noqa: N802
+def A(pod: str, container: str, resource: str, device_id: str) -> DeviceAssignment:
     return DeviceAssignment("ml", pod, container, resource, device_id)
 
 

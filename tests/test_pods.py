@@ -74,8 +74,9 @@ def test_static_pod_mirror_is_known_by_its_cgroup_uid() -> None:
 
 
 def test_garbage_objects_do_not_raise() -> None:
-    for junk in (None, 3, "pod", [], {}, {"metadata": "x"}, {"metadata": {"uid": 7}}):
-        assert parse_pod(junk) is None
+    junk: list[object] = [None, 3, "pod", [], {}, {"metadata": "x"}, {"metadata": {"uid": 7}}]
+    for obj in junk:
+        assert parse_pod(obj) is None
     pod = parse_pod(
         {"metadata": {"uid": "u1"}, "status": {"containerStatuses": [1, {"name": 2}, "x"]}}
     )
