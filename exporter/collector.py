@@ -156,15 +156,12 @@ class SnapshotCollector(Collector):
                 "gauge",
             )
             for a in snap.gpu_allocations:
-                labels = {
-                    "gpu": a.gpu,
-                    "uuid": a.uuid,
-                    "namespace": a.namespace,
-                    "pod": a.pod,
-                    "container": a.container,
-                }
-                if a.gpu_instance:
-                    labels["gpu_instance"] = a.gpu_instance
+                labels = {"gpu": a.gpu, "namespace": a.namespace, "pod": a.pod}
+                labels["container"] = a.container
+                # unknown parts are left out, not empty: a MIG device's parent needs NVML
+                for key, value in (("uuid", a.uuid), ("gpu_instance", a.gpu_instance)):
+                    if value:
+                        labels[key] = value
                 _add(alloc, labels, 1)
             yield alloc
 
