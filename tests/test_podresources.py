@@ -109,9 +109,7 @@ def test_poller_reports_and_recovers_from_a_kubelet_restart(kubelet: FakePodReso
     poller.start()
     try:
         eventually(lambda: status_of(poller).up, "up")
-        assert status_of(poller).detail == (
-            "3 GPU device assignments, 5 allocatable GPU devices"
-        )
+        assert status_of(poller).detail == ("3 GPU device assignments, 5 allocatable GPU devices")
         assert len(poller.assignments()) == 4
         kubelet.stop()  # the kubelet restarts: its socket goes away
         eventually(lambda: not status_of(poller).up, "down")
