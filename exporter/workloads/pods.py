@@ -244,7 +244,7 @@ class KubeNames:
         self,
         store: PodStore,
         on_unknown: Callable[[], None] | None = None,
-        remember: int = 16384,
+        remember: int = 4096,
     ) -> None:
         self._store = store
         self._on_unknown = on_unknown
