@@ -14,7 +14,14 @@ from exporter.config import Config, PodSource
 from exporter.readings import SourceError
 from exporter.workloads.apiserver import ApiserverPodSource
 from exporter.workloads.gpus import is_gpu_resource
-from exporter.workloads.kube import apiserver_url, endpoint, kubelet_url, resolve_pod_source
+from exporter.workloads.kube import (
+    apiserver_url,
+    endpoint,
+    kubelet_url,
+    node_has_gpus,
+    podresources_wanted,
+    resolve_pod_source,
+)
 from exporter.workloads.kubeapi import KubeClient
 from exporter.workloads.kubelet import parse_pod_list
 from exporter.workloads.pods import PodStore
@@ -136,7 +143,16 @@ def kube_checks(config: Config, environ: Mapping[str, str] | None = None) -> lis
         )
     else:
         results.append(_pods(config, mode, env))
-    sock = config.podresources_socket
-    if sock is not None and (mode is not PodSource.NONE or sock.exists()):
+    if podresources_wanted(config, mode):
         results.append(_podresources(config))
+    elif config.podresources_socket is not None and not node_has_gpus(config.procfs):
+        results.append(
+            CheckResult(
+                "podresources",
+                KUBERNETES,
+                False,
+                reason=f"not needed: no NVIDIA GPUs listed under {config.procfs}/driver/nvidia",
+                disabled=True,
+            )
+        )
     return results

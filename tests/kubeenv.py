@@ -86,6 +86,17 @@ class KubeNode:
         ]
 
 
+def add_nvidia_gpus(host: FixtureHost, bus_ids: tuple[str, ...] = ("0000:3b:00.0",)) -> None:
+    """What the NVIDIA driver shows under /proc on a GPU node (PodResources runs only there)."""
+    for bus in bus_ids:
+        gpu = host.procfs / "driver" / "nvidia" / "gpus" / bus
+        gpu.mkdir(parents=True, exist_ok=True)
+        (gpu / "information").write_text(
+            "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 151\n"
+            f"Bus Location: \t {bus}\nDevice Minor: \t 0\n"
+        )
+
+
 @contextlib.contextmanager
 def kube_node(tmp_path: Path) -> Iterator[KubeNode]:
     tls = make_tls(tmp_path / "tls")

@@ -12,6 +12,7 @@ from tests.fixturehost import FixtureHost
 from tests.kubeenv import (
     GPU0,
     MIG,
+    add_nvidia_gpus,
     apiserver_for,
     as_apiserver_pods,
     fixture_pods,
@@ -75,6 +76,7 @@ def check_names(samples: Samples) -> None:
 def test_kubelet_names_pod_info_and_gpu_allocations(
     host: FixtureHost, exporter: StartExporter, tmp_path: Path
 ) -> None:
+    add_nvidia_gpus(host)
     with kube_node(tmp_path) as node, ticking(host):
         exp = exporter(*host.args(), *FAST, *node.kubelet_args(), "--kube.pod-labels", "team,app")
         samples = wait_samples(exp, all_named, "every container named")

@@ -9,6 +9,7 @@ from tests.conftest import StartExporter
 from tests.fixturehost import FixtureHost
 from tests.kubeenv import (
     GPU0,
+    add_nvidia_gpus,
     apiserver_for,
     as_apiserver_pods,
     fixture_pods,
@@ -40,7 +41,10 @@ def test_kubelet_faults_keep_names_and_recover(
 ) -> None:
     with kube_node(tmp_path) as node, ticking(host):
         exp = exporter(*host.args(), *FAST, *node.kubelet_args())
-        wait_samples(exp, lambda s: nginx(s) == ("shop", "web-7d9c8b6f5-x2k4p", "nginx"), "names")
+        samples = wait_samples(
+            exp, lambda s: nginx(s) == ("shop", "web-7d9c8b6f5-x2k4p", "nginx"), "names"
+        )
+        assert source_up(samples, "podresources") is None  # no GPUs on this node: not needed
         for mode, reason in [
             ("5xx", "server error"),
             ("garbage", "bad response"),
@@ -83,6 +87,7 @@ def gpu_rows(samples: Samples) -> int:
 def test_podresources_socket_missing_then_restarted(
     host: FixtureHost, exporter: StartExporter, tmp_path: Path
 ) -> None:
+    add_nvidia_gpus(host)
     with kube_node(tmp_path) as node, ticking(host):
         node.podresources.stop()  # not there when the exporter starts
         exp = exporter(*host.args(), *FAST, *node.kubelet_args())

@@ -113,7 +113,9 @@ def cgroup_lines(text: str) -> list[str]:
     return paths
 
 
-@lru_cache(maxsize=65536)
+# Live tasks are looked up every interval and stay cached; under pod churn the texts of gone
+# containers age out. 4096 distinct texts (a few MiB at most) is far above what one node runs.
+@lru_cache(maxsize=4096)
 def classify_cgroup(text: str) -> ContainerRef:
     """The bucket of a non-kernel task from its cgroup file content (v1, v2 or hybrid).
 

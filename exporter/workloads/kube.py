@@ -2,8 +2,10 @@
 (PodResources), each running on its own thread, built from the Config.
 
 --kube.pod-source auto picks kubelet inside a cluster (KUBERNETES_SERVICE_HOST is set in every
-pod) and none outside one. PodResources runs whenever a pod source does, or when its socket
-exists; --kube.podresources-socket="" turns it off.
+pod) and none outside one. PodResources runs on nodes with NVIDIA GPUs (the driver lists them
+under <procfs>/driver/nvidia/gpus) when a pod source runs or its socket exists: elsewhere it has
+nothing to tell and its gRPC runtime would cost ~19 MiB. --kube.podresources-socket=none turns it
+off.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Protocol
 
 from exporter.config import Config, PodSource
@@ -54,6 +57,22 @@ def resolve_pod_source(choice: PodSource, environ: Mapping[str, str]) -> PodSour
     if choice is not PodSource.AUTO:
         return choice
     return PodSource.KUBELET if environ.get("KUBERNETES_SERVICE_HOST") else PodSource.NONE
+
+
+def node_has_gpus(procfs: Path) -> bool:
+    """Whether the NVIDIA driver lists GPUs on this node (a procfs entry, visible through any
+    procfs mount, also where the driver itself runs in a container)."""
+    try:
+        return any((procfs / "driver" / "nvidia" / "gpus").iterdir())
+    except OSError:
+        return False
+
+
+def podresources_wanted(config: Config, mode: PodSource) -> bool:
+    sock = config.podresources_socket
+    if sock is None or not node_has_gpus(config.procfs):
+        return False
+    return mode is not PodSource.NONE or sock.exists()
 
 
 def kubelet_url(config: Config, environ: Mapping[str, str]) -> str:
@@ -141,7 +160,7 @@ class KubeWorkloads:
                 on_unknown = source.request_refresh
         podresources = None
         sock = config.podresources_socket
-        if sock is not None and (mode is not PodSource.NONE or sock.exists()):
+        if sock is not None and podresources_wanted(config, mode):
             # imported here: grpc costs ~21 MiB and is needed only where PodResources is used
             from exporter.workloads.podresources.client import PodResourcesClient  # noqa: PLC0415
             from exporter.workloads.podresources.poller import PodResourcesPoller  # noqa: PLC0415
