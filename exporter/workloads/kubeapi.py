@@ -1,11 +1,11 @@
 """A small HTTP(S) client for the two Kubernetes endpoints wattprobe reads: the kubelet's /pods and
 the apiserver's pod list + watch (or KubeEdge's MetaServer, which speaks the same API).
 
-Why not the official `kubernetes` client: measured on this exporter (docs/kubernetes.md), importing
-it adds about 35 MiB RSS and 0.2-0.3 s of start-up, against about 8 MiB for http.client + ssl,
-and the exporter's budget is 60 MiB. wattprobe needs two GET requests and a line-delimited
-stream; this module does them with timeouts on every call, errors turned into short reasons,
-and the service-account token re-read when it rotates.
+Why not the official `kubernetes` client: measured with the exporter's own imports
+(scripts/measure-kube-client.sh, docs/kubernetes.md), it adds about 22 MiB RSS and 0.2-0.45 s of
+start-up over http.client + ssl, and the exporter's budget is 60 MiB. wattprobe needs two GET
+requests and a line-delimited stream; this module does them with timeouts on every call, errors
+turned into short reasons, and the service-account token re-read when it rotates.
 """
 
 from __future__ import annotations
