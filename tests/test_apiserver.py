@@ -55,6 +55,7 @@ def make_source(
     *,
     watch_timeout_s: float = 300.0,
     timeout_s: float = 5.0,
+    idle_timeout_s: float = 5.0,
 ) -> tuple[ApiserverPodSource, PodStore]:
     token = tmp_path / "token"
     token.write_text(TOKEN)
@@ -73,7 +74,7 @@ def make_source(
         node_name="node-1",
         poll_interval_s=0.3,
         watch_timeout_s=watch_timeout_s,
-        idle_timeout_s=5.0,
+        idle_timeout_s=idle_timeout_s,
         page_size=2,
     )
     return source, store
@@ -218,5 +219,21 @@ def test_an_endpoint_that_cannot_watch_is_polled(
         assert "polled" in status(source).detail
         apiserver.add(pod(11))
         eventually(lambda: known(store, 11), "a polled pod")
+    finally:
+        source.stop()
+
+
+def test_a_quiet_watch_is_reopened_without_a_re_list(
+    apiserver: FakeApiserver, tls: TlsFiles, tmp_path: Path
+) -> None:
+    source, store = make_source(apiserver, tls, tmp_path, idle_timeout_s=0.3)
+    source.start()
+    try:
+        eventually(lambda: status(source).up, "a healthy watch")
+        eventually(lambda: apiserver.watches >= 3, "re-watches after idle periods")
+        assert apiserver.lists == 3  # one paged list, never again
+        assert status(source).up
+        apiserver.add(pod(12))
+        eventually(lambda: known(store, 12), "an event after idle periods")
     finally:
         source.stop()

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 
 from exporter.readings import SourceError, SourceStatus
 from exporter.workloads.background import Backoff, StatusBox, Worker, failure_status
-from exporter.workloads.kubeapi import Gone, KubeClient
+from exporter.workloads.kubeapi import Gone, KubeClient, StreamIdle
 from exporter.workloads.pods import PodMeta, PodStore, node_name_of, parse_pod
 
 log = logging.getLogger(__name__)
@@ -121,11 +121,16 @@ class ApiserverPodSource:
         with self._client.stream_lines(PODS_PATH, query, self._idle_timeout_s) as lines:
             self._store.mark_synced()
             self._up(f"{self._store.counts()[0]} pods, watching", self._clock() - started)
-            for line in lines:
-                resource_version = self._apply(line, resource_version)
-                if stop.is_set():
-                    break
-        # idle or ended by the server: the view was current until now
+            try:
+                for line in lines:
+                    resource_version = self._apply(line, resource_version)
+                    if stop.is_set():
+                        break
+            except StreamIdle:
+                # quiet, or the peer vanished without closing: watch again (which tells which);
+                # not a sign of freshness, so the store is not marked synced
+                return resource_version
+        # the server ended the watch (its timeoutSeconds): the view was current until now
         self._store.mark_synced()
         return resource_version
 

@@ -13,13 +13,21 @@ log = logging.getLogger(__name__)
 
 
 class StatusBox:
-    """The latest status of a background source. One writer, any reader: a reference swap."""
+    """The latest status of a background source. One writer, any reader: a reference swap.
+    Changes (up to down, a new reason, back up) are logged once, not on every attempt."""
 
     def __init__(self) -> None:
         self._status: SourceStatus | None = None  # None until the first attempt ends
 
     def set(self, status: SourceStatus) -> None:
+        old = self._status
         self._status = status
+        if old is not None and (old.up, old.reason) == (status.up, status.reason):
+            return
+        if status.up:
+            log.info("%s: up (%s)", status.source, status.detail)
+        else:
+            log.warning("%s: down, %s: %s", status.source, status.reason, status.detail)
 
     def get(self) -> SourceStatus | None:
         return self._status

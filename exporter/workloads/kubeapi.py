@@ -33,6 +33,10 @@ MAX_BODY_BYTES = 64 << 20
 MAX_LINE_BYTES = 16 << 20
 
 
+class StreamIdle(Exception):
+    """Nothing arrived on a stream for its idle timeout (a quiet watch, or a vanished peer)."""
+
+
 class Gone(SourceError):
     """HTTP 410 (or a watch ERROR event with code 410): the resourceVersion is too old; re-list."""
 
@@ -113,7 +117,7 @@ class KubeClient:
         self, path: str, query: Mapping[str, str] | None, idle_timeout_s: float
     ) -> Iterator[Iterator[bytes]]:
         """Lines of a streamed 200 answer (a watch). Iteration stops when the server ends the
-        stream or when nothing arrived for idle_timeout_s; errors raise SourceError."""
+        stream; StreamIdle when nothing arrived for idle_timeout_s; errors raise SourceError."""
         conn, resp = self._open(path, query, self.endpoint.timeout_s)
         sock = conn.sock
         if sock is not None:
@@ -272,7 +276,7 @@ def _lines(resp: http.client.HTTPResponse, where: str) -> Iterator[bytes]:
         try:
             line = resp.readline(MAX_LINE_BYTES)
         except TimeoutError:
-            return  # idle: the caller re-opens the stream
+            raise StreamIdle(where) from None
         except (OSError, http.client.HTTPException) as exc:
             raise SourceError("unreachable", f"{where}: stream broke ({exc!r})") from None
         if not line:
