@@ -59,7 +59,7 @@ class PodResourcesPoller:
             except SourceError as exc:
                 if exc.reason != "unimplemented":
                     raise
-                self._allocatable_served = False  # kubelets before 1.21 (or gate off)
+                self._allocatable_served = False  # older kubelets, or its feature gate off
                 log.info("podresources: GetAllocatableResources not served; List only")
         latest = Assignments(devices, allocatable, self._clock())
         self._latest = latest
