@@ -118,11 +118,17 @@ def churn(
         delete(batch)
         if first + BATCH == WARM_AFTER:
             figures["warm_rss_kib"] = rss_kib(exp.proc.pid)
+        if first + BATCH == TOTAL // 2:
+            figures["half_rss_kib"] = rss_kib(exp.proc.pid)
     figures["churn_s"] = time.monotonic() - started
     figures["peak_series"] = peak
-    samples = wait_samples(
-        exp, lambda s: workload_series(s) == baseline, "series back to baseline", timeout=60
-    )
+    try:
+        samples = wait_samples(
+            exp, lambda s: workload_series(s) == baseline, "series back to baseline", timeout=60
+        )
+    except AssertionError:
+        left = [k for k in exp.samples() if k[0].startswith(WORKLOAD_PREFIXES)]
+        raise AssertionError(f"{len(left)} workload series, not {baseline}: {left}") from None
     assert not labels_of(samples, "wattprobe_container_cpu_seconds_total", namespace="churn")
     time.sleep(1.0)  # a few more intervals with everything expired
     figures["end_rss_kib"] = rss_kib(exp.proc.pid)
