@@ -2,9 +2,11 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 ARGS ?=
+# every directory of Python code that ruff and mypy check
+SRC := exporter tests alerts dashboards deploy
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-test run test pytest lint bench golden clean
+.PHONY: help setup setup-test run test pytest fmt lint bench golden docs manifests monitoring image clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -23,9 +25,14 @@ test: setup-test lint pytest ## lint, type-check and run the whole test suite (w
 pytest: ## run the test suite only (ARGS=... passes pytest options)
 	$(PY) -m pytest $(ARGS)
 
+fmt: ## let ruff fix what it can and format the code (then `make lint` shows what is left)
+	$(PY) -m ruff format -q $(SRC)
+	$(PY) -m ruff check --fix --exit-zero -q $(SRC)
+	$(PY) -m ruff format -q $(SRC)
+
 lint: ## ruff and mypy, both must be clean
-	$(PY) -m ruff check exporter tests
-	$(PY) -m ruff format --check exporter tests
+	$(PY) -m ruff check $(SRC)
+	$(PY) -m ruff format --check $(SRC)
 	$(PY) -m mypy
 
 bench: setup-test ## run the benchmarks and rewrite docs/benchmarks.md
@@ -33,6 +40,23 @@ bench: setup-test ## run the benchmarks and rewrite docs/benchmarks.md
 
 golden: ## regenerate tests/fixtures/golden/*.prom after an intended change of the output
 	WATTPROBE_UPDATE_GOLDEN=1 $(PY) -m pytest tests/test_golden.py
+
+docs: ## regenerate docs/metrics.md from the metric catalogue
+	$(PY) -m exporter.metrics > docs/metrics.md
+
+manifests: ## regenerate deploy/base/generated from alerts/ and dashboards/
+	$(PY) deploy/generate.py
+
+JOB ?= wattprobe
+RUNBOOK_BASE ?= https://github.com/wattprobe/wattprobe/blob/main/docs/runbooks.md
+OUT ?= build/monitoring
+MULTI_CLUSTER ?=
+monitoring: ## render rules, PrometheusRule and dashboards for your scrape JOB (and RUNBOOK_BASE, MULTI_CLUSTER=1) into OUT
+	$(PY) -m alerts.generate --job '$(JOB)' --runbook-base '$(RUNBOOK_BASE)' --out '$(OUT)'
+	$(PY) -m dashboards.generate --job '$(JOB)' $(if $(MULTI_CLUSTER),--multi-cluster) --out '$(OUT)/dashboards'
+
+image: ## build the agent image (needs docker or buildah; not part of `make test`)
+	docker build -f deploy/Dockerfile -t ghcr.io/wattprobe/wattprobe:$$($(PY) -c 'import exporter; print(exporter.__version__)') .
 
 clean: ## remove the venv and caches
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

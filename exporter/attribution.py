@@ -59,6 +59,9 @@ class ZoneEnergy:
     idle_j: float
     weights: Mapping[TaskKey, float]  # activity per task in this zone
     idle_weights: Mapping[TaskKey, float] | None = None  # None: idle stays on the node
+    # Idle split by container instead (e.g. the pods holding a GPU); wins over idle_weights.
+    # With tasks, a container's part is split evenly among its tasks in the owner map.
+    idle_containers: Mapping[ContainerRef, float] | None = None
 
 
 # (zone, gpu, mode) -> joules
@@ -100,9 +103,14 @@ def attribute(
     """
     containers: dict[ContainerRef, dict[EnergyKey, float]] = {}
     tasks: dict[TaskKey, dict[EnergyKey, float]] = {}
+    tasks_of: dict[ContainerRef, list[TaskKey]] | None = None
     for z in zones:
         parts = [(ACTIVE, z.active_j, z.weights)]
-        if z.idle_weights is not None:
+        if z.idle_containers is not None:
+            if tasks_of is None:
+                tasks_of = _tasks_by_container(owner)
+            _add_by_container(z, tasks_of, with_tasks, containers, tasks)
+        elif z.idle_weights is not None:
             parts.append((IDLE, z.idle_j, z.idle_weights))
         for mode, amount, weights in parts:
             if amount <= 0:
@@ -117,3 +125,31 @@ def attribute(
                         tb = tasks.setdefault(task, {})
                         tb[key] = tb.get(key, 0.0) + tj
     return IntervalAttribution(containers, tasks)
+
+
+def _tasks_by_container(owner: Mapping[TaskKey, ContainerRef]) -> dict[ContainerRef, list[TaskKey]]:
+    out: dict[ContainerRef, list[TaskKey]] = {}
+    for task, ref in owner.items():
+        out.setdefault(ref, []).append(task)
+    return out
+
+
+def _add_by_container(
+    z: ZoneEnergy,
+    tasks_of: Mapping[ContainerRef, list[TaskKey]],
+    with_tasks: bool,
+    containers: dict[ContainerRef, dict[EnergyKey, float]],
+    tasks: dict[TaskKey, dict[EnergyKey, float]],
+) -> None:
+    """A zone's idle energy split by container weights (z.idle_containers)."""
+    assert z.idle_containers is not None
+    if z.idle_j <= 0:
+        return
+    key = (z.zone, z.gpu, IDLE)
+    for ref, joules in shares(z.idle_j, z.idle_containers).items():
+        bucket = containers.setdefault(ref, {})
+        bucket[key] = bucket.get(key, 0.0) + joules
+        if with_tasks:
+            for task, tj in shares(joules, dict.fromkeys(tasks_of.get(ref, ()), 1.0)).items():
+                tb = tasks.setdefault(task, {})
+                tb[key] = tb.get(key, 0.0) + tj

@@ -14,13 +14,15 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from exporter import __version__
+from exporter.gpu.collect import gpu_families
+from exporter.metrics import BY_NAME, PREFIX
 from exporter.snapshot import Energy, Snapshot
 
-PREFIX = "wattprobe_"
 
-
-def _family(name: str, doc: str, kind: str) -> Metric:
-    return Metric(PREFIX + name, doc, kind)
+def _family(name: str) -> Metric:
+    """A fresh, empty family for a metric of the catalogue (exporter/metrics.py)."""
+    spec = BY_NAME[name]
+    return Metric(PREFIX + spec.name, spec.help, spec.kind)
 
 
 def _add(metric: Metric, labels: Mapping[str, str], value: float) -> None:
@@ -44,25 +46,19 @@ class SnapshotCollector(Collector):
         yield from self._self_metrics(snap)
         yield from self._node_metrics(snap)
         yield from self._workload_metrics(snap)
+        yield from gpu_families(snap)
+        yield from self._ebpf_metrics(snap)
         yield from self._kube_metrics(snap)
 
     def _self_metrics(self, snap: Snapshot) -> Iterator[Metric]:
-        info = _family("build_info", "wattprobe build, value 1.", "gauge")
+        info = _family("build_info")
         _add(info, {"version": __version__, "python": platform.python_version()}, 1)
         yield info
-        intervals = _family("intervals", "Attribution intervals completed since start.", "counter")
+        intervals = _family("intervals")
         _add(intervals, {}, snap.sequence)
         yield intervals
-        up = _family(
-            "source_up",
-            "1 if the source worked in the last interval; reason says why not.",
-            "gauge",
-        )
-        duration = _family(
-            "collect_duration_seconds",
-            "Time the source took to read in the last interval.",
-            "gauge",
-        )
+        up = _family("source_up")
+        duration = _family("collect_duration_seconds")
         for s in snap.sources:
             _add(up, {"source": s.source, "reason": "" if s.up else s.reason}, 1 if s.up else 0)
             _add(duration, {"source": s.source}, s.duration_s)
@@ -71,17 +67,10 @@ class SnapshotCollector(Collector):
 
     def _node_metrics(self, snap: Snapshot) -> Iterator[Metric]:
         if snap.cpu_usage_ratio is not None:
-            usage = _family(
-                "node_cpu_usage_ratio", "Node CPU busy fraction over the last interval.", "gauge"
-            )
+            usage = _family("node_cpu_usage_ratio")
             _add(usage, {}, snap.cpu_usage_ratio)
             yield usage
-        node = _family(
-            "node_energy_joules",
-            "Energy measured (or, with source=estimated, modelled) per zone and device, split "
-            "into active and idle. Zones overlap (package contains core): never sum across zones.",
-            "counter",
-        )
+        node = _family("node_energy_joules")
         for z in snap.node_energy:
             labels = {"zone": z.zone, "device": z.device, "source": z.source}
             _add(node, {**labels, "mode": "active"}, z.active_j)
@@ -89,21 +78,16 @@ class SnapshotCollector(Collector):
         yield node
 
     def _workload_metrics(self, snap: Snapshot) -> Iterator[Metric]:
-        container_energy = _family(
-            "container_energy_joules",
-            "Energy attributed to a container, per zone and mode.",
-            "counter",
-        )
-        cpu = _family("container_cpu_seconds", "CPU time of a container's tasks.", "counter")
-        ioctls = _family(
-            "container_gpu_ioctls", "GPU driver ioctls issued by a container's tasks.", "counter"
-        )
+        container_energy = _family("container_energy_joules")
+        cpu = _family("container_cpu_seconds")
+        ioctls = _family("container_gpu_ioctls")
         for c in snap.containers:
             ids = {
                 "container_id": c.container_id,
                 "container": c.container,
                 "pod": c.pod,
                 "namespace": c.namespace,
+                "pod_uid": c.pod_uid,
             }
             _energy_samples(container_energy, c.energy, ids)
             _add(cpu, ids, c.cpu_seconds)
@@ -114,9 +98,7 @@ class SnapshotCollector(Collector):
         if ioctls.samples:
             yield ioctls
 
-        pod_energy = _family(
-            "pod_energy_joules", "Energy attributed to a pod: the sum of its containers.", "counter"
-        )
+        pod_energy = _family("pod_energy_joules")
         for p in snap.pods:
             _energy_samples(
                 pod_energy, p.energy, {"pod": p.pod, "namespace": p.namespace, "pod_uid": p.pod_uid}
@@ -124,7 +106,7 @@ class SnapshotCollector(Collector):
         yield pod_energy
 
         if snap.processes:
-            process = _family("process_energy_joules", "Energy attributed to a process.", "counter")
+            process = _family("process_energy_joules")
             for pr in snap.processes:
                 labels = {
                     "pid": str(pr.pid),
@@ -135,13 +117,27 @@ class SnapshotCollector(Collector):
                 _energy_samples(process, pr.energy, labels)
             yield process
 
+    def _ebpf_metrics(self, snap: Snapshot) -> Iterator[Metric]:
+        if not snap.ebpf_maps:
+            return
+        entries = _family("ebpf_map_entries")
+        capacity = _family("ebpf_map_max_entries")
+        evictions = _family("ebpf_map_evictions")
+        failures = _family("ebpf_map_insert_failures")
+        for m in snap.ebpf_maps:
+            labels = {"map": m.map}
+            _add(entries, labels, m.entries)
+            _add(capacity, labels, m.max_entries)
+            _add(evictions, labels, m.evictions)
+            _add(failures, labels, m.insert_failures)
+        yield entries
+        yield capacity
+        yield evictions
+        yield failures
+
     def _kube_metrics(self, snap: Snapshot) -> Iterator[Metric]:
         if snap.pod_info:
-            info = _family(
-                "pod_info",
-                "A pod's identity with its allow-listed Kubernetes labels (label_<name>), value 1.",
-                "gauge",
-            )
+            info = _family("pod_info")
             for p in snap.pod_info:
                 labels = {"namespace": p.namespace, "pod": p.pod, "pod_uid": p.pod_uid}
                 for key, value in p.labels:
@@ -149,17 +145,17 @@ class SnapshotCollector(Collector):
                 _add(info, labels, 1)
             yield info
         if snap.gpu_allocations:
-            alloc = _family(
-                "gpu_allocation_info",
-                "A container holds this GPU (or a MIG instance or time-slice of it) according to "
-                "the kubelet's PodResources API, value 1.",
-                "gauge",
-            )
+            alloc = _family("gpu_allocation_info")
             for a in snap.gpu_allocations:
                 labels = {"gpu": a.gpu, "namespace": a.namespace, "pod": a.pod}
                 labels["container"] = a.container
                 # unknown parts are left out, not empty: a MIG device's parent needs NVML
-                for key, value in (("uuid", a.uuid), ("gpu_instance", a.gpu_instance)):
+                parts = (
+                    ("uuid", a.uuid),
+                    ("gpu_instance", a.gpu_instance),
+                    ("mig_device", a.mig_device),
+                )
+                for key, value in parts:
                     if value:
                         labels[key] = value
                 _add(alloc, labels, 1)

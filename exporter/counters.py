@@ -8,15 +8,20 @@ MAX_PLAUSIBLE_POWER_W = 5_000.0
 
 
 def counter_delta_uj(
-    prev_uj: int, cur_uj: int, max_range_uj: int | None, dt_s: float
+    prev_uj: int,
+    cur_uj: int,
+    max_range_uj: int | None,
+    dt_s: float,
+    max_power_w: float = MAX_PLAUSIBLE_POWER_W,
 ) -> int | None:
     """Energy in microjoules between two readings of a cumulative counter.
 
     Returns None when the step cannot be trusted (counter reset by a driver reload, a value
-    that jumped further than any domain can draw): the caller re-baselines and counts nothing
-    for that interval rather than inventing a negative or giant delta.
+    that jumped further than the domain can draw): the caller re-baselines and counts nothing
+    for that interval rather than inventing a negative or giant delta. Pass max_range_uj=None
+    when a lower value must not be read as a wrap (e.g. after a gap in the readings).
     """
-    limit_uj = MAX_PLAUSIBLE_POWER_W * max(dt_s, 1e-3) * 1e6
+    limit_uj = max_power_w * max(dt_s, 1e-3) * 1e6
     if cur_uj >= prev_uj:
         delta = cur_uj - prev_uj
         return delta if delta <= limit_uj else None

@@ -50,9 +50,10 @@ class CounterTable(Generic[K, S]):
 
     def expire(self, now: float, retention_s: float) -> list[tuple[K, dict[S, float]]]:
         gone = [k for k, seen in self._seen.items() if now - seen > retention_s]
-        return [(k, self._drop(k)) for k in gone]
+        return [(k, self.drop(k)) for k in gone]
 
-    def _drop(self, key: K) -> dict[S, float]:
+    def drop(self, key: K) -> dict[S, float]:
+        """Remove key now; returns its final totals."""
         self._seen.pop(key, None)
         return self._totals.pop(key, {})
 

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 from exporter.attribution import (
     ACTIVE,
@@ -21,11 +21,14 @@ from exporter.attribution import (
 )
 from exporter.config import IdleAttribution, IdlePower
 from exporter.counters import MAX_PLAUSIBLE_POWER_W, counter_delta_uj, integrate_power_j
+from exporter.gpu.accounting import GpuAccounting, GpuSource
+from exporter.gpu.attribution import GpuHolders
 from exporter.idle import IdleBaseline
 from exporter.ledger import CounterTable, add_into
 from exporter.readings import (
     CpuTimes,
     EnergyReading,
+    MapStats,
     SourceError,
     SourceStatus,
     TaskKey,
@@ -72,6 +75,13 @@ class ActivitySource(Protocol):
     name: str
 
     def tasks(self) -> Sequence[TaskSample]: ...
+
+
+@runtime_checkable
+class ReportsMapStats(Protocol):
+    """An activity source with bounded kernel maps (eBPF) reports their fill and evictions."""
+
+    def map_stats(self) -> Sequence[MapStats]: ...
 
 
 class WorkloadNames(Protocol):
@@ -134,6 +144,9 @@ class Monitor:
         names: WorkloadNames | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        gpus: GpuSource | None = None,
+        gpu_holders: GpuHolders | None = None,
+        startup_statuses: Sequence[SourceStatus] = (),
         status_providers: Sequence[StatusProvider] = (),
         pod_info: Callable[[], Sequence[PodInfo]] | None = None,
         gpu_allocations: Callable[[], Sequence[GpuAllocation]] | None = None,
@@ -146,6 +159,8 @@ class Monitor:
         self._names = names or NoNames()
         self._clock = clock
         self._wall_clock = wall_clock
+        # sources that failed at start-up (e.g. eBPF in auto mode): shown in every snapshot
+        self._startup_statuses = tuple(startup_statuses)
         self._status_providers = list(status_providers)
         self._pod_info = pod_info
         self._gpu_allocations = gpu_allocations
@@ -158,14 +173,21 @@ class Monitor:
 
         self._node = CounterTable[ZoneId, str]()
         self._container_energy = CounterTable[ContainerRef, EnergyKey]()
-        self._container_cpu = CounterTable[ContainerRef, str]()
-        self._container_ioctls = CounterTable[ContainerRef, str]()
+        # Activity totals of the containers in _container_energy, which alone decides when a
+        # container's series end, so all of a container's series live and go together.
+        self._container_cpu: dict[ContainerRef, float] = {}
+        self._container_ioctls: dict[ContainerRef, dict[str, float]] = {}
         self._pod_energy = CounterTable[str, EnergyKey]()
         self._process_energy = CounterTable[tuple[TaskKey, ContainerRef], EnergyKey]()
         self._process_meta: dict[tuple[TaskKey, ContainerRef], tuple[int, str]] = {}
         self._retired_containers: dict[EnergyKey, float] = {}
         self._pod_retired: dict[str, dict[EnergyKey, float]] = {}
         self._container_retired: dict[ContainerRef, dict[EnergyKey, float]] = {}
+        # GPUs: read like a power source, accounted per device (exporter/gpu/accounting.py)
+        self._gpus = gpus
+        self._gpu = GpuAccounting(
+            idle_power=settings.idle_power, idle_policy=settings.idle_policy, holders=gpu_holders
+        )
 
     @property
     def snapshot(self) -> Snapshot:
@@ -180,6 +202,7 @@ class Monitor:
         tasks = self._read(self._activity.name, self._activity.tasks, statuses)
         if self._activity.name == "procfs" and len(statuses) == 2:
             statuses = _merge_statuses(statuses[0], statuses[1])
+        statuses.extend(self._startup_statuses)
         readings: list[tuple[EnergyReading, float]] = []
         for source in self._power_sources:
             got = self._read(source.name, source.read, statuses)
@@ -187,6 +210,8 @@ class Monitor:
             readings.extend((r, stamp) for r in got or ())
         if readings:
             self._measured_seen = True
+        gpu_reading = self._read(self._gpus.name, self._gpus.read, statuses) if self._gpus else None
+        gpu_stamp = self._clock()
         for provider in self._status_providers:
             statuses.extend(_provided(provider, ()))
 
@@ -203,6 +228,16 @@ class Monitor:
 
         attributed = self._workload_zones(zone_energy)
         zones = self._attributable(zone_energy, attributed, cpu_deltas)
+        gpu = self._gpu.interval(
+            gpu_reading,
+            gpu_stamp,
+            tasks=task_list,
+            ioctl_deltas=ioctl_deltas,
+            owner=owner,
+        )
+        statuses.extend(gpu.statuses)
+        owner = {**owner, **gpu.owner}  # GPU processes with no task get pseudo tasks
+        zones.extend(gpu.zones)
         split = attribute(zones, owner, with_tasks=self.settings.with_processes)
 
         self._accumulate(
@@ -283,7 +318,10 @@ class Monitor:
                 continue  # first reading of this zone: a baseline
             old, old_stamp = before
             dt = stamp - old_stamp
-            energy_j = _energy_between(old, reading, dt)
+            # A wrap is only recognised between readings of consecutive intervals: after a gap a
+            # lower value could be a wrap or a reset, and inventing energy is worse than losing it.
+            consecutive = prev is not None and old_stamp >= prev.time
+            energy_j = _energy_between(old, reading, dt, wrap_allowed=consecutive)
             if energy_j is None:
                 log.warning("%s %s (%s): counter reset or implausible jump; re-baselined", *zid)
                 continue
@@ -377,6 +415,7 @@ class Monitor:
                 self._pod_energy.add_all(ref.pod_uid, amounts, now)
         if not self.settings.with_processes:
             return
+        self._drop_reused_pids(task_list)
         comm = {t.key: (t.pid, t.comm) for t in task_list}
         comm[UNATTRIBUTED_TASK] = (0, "unattributed")
         for task, amounts in tasks.items():
@@ -388,6 +427,19 @@ class Monitor:
             self._process_energy.touch(key, now)
             self._process_meta[key] = (t.pid, t.comm)
 
+    def _drop_reused_pids(self, task_list: Sequence[TaskSample]) -> None:
+        """A PID now held by a new process ends the old process's series at once: two series
+        with the same pid/comm/container labels must never be exposed together."""
+        live = {t.pid: t.key for t in task_list if t.pid}
+        stale = [
+            key
+            for key in list(self._process_meta)
+            if key[0][0] in live and live[key[0][0]] != key[0]
+        ]
+        for key in stale:
+            add_into(self._container_retired.setdefault(key[1], {}), self._process_energy.drop(key))
+            del self._process_meta[key]
+
     def _accumulate_activity(
         self,
         now: float,
@@ -397,15 +449,14 @@ class Monitor:
     ) -> None:
         for ref in set(owner.values()):
             self._container_energy.touch(ref, now)
-            self._container_cpu.touch(ref, now)
-            self._container_ioctls.touch(ref, now)
             if ref.pod_uid:
                 self._pod_energy.touch(ref.pod_uid, now)
         for task, seconds in cpu_deltas.items():
-            self._container_cpu.add(owner[task], "cpu", seconds, now)
+            ref = owner[task]
+            self._container_cpu[ref] = self._container_cpu.get(ref, 0.0) + seconds
         for task, counts in ioctl_deltas.items():
             for driver, n in counts.items():
-                self._container_ioctls.add(owner[task], driver, float(n), now)
+                add_into(self._container_ioctls.setdefault(owner[task], {}), {driver: float(n)})
 
     def _expire(self, now: float) -> None:
         retention = self.settings.retention_s
@@ -418,12 +469,12 @@ class Monitor:
             if ref.pod_uid:
                 add_into(self._pod_retired.setdefault(ref.pod_uid, {}), totals)
             self._container_retired.pop(ref, None)
-        self._container_cpu.expire(now, retention)
-        self._container_ioctls.expire(now, retention)
+            self._container_cpu.pop(ref, None)
+            self._container_ioctls.pop(ref, None)
         for pod_uid, _ in self._pod_energy.expire(now, retention):
             self._pod_retired.pop(pod_uid, None)
-        for zid, _ in self._node.expire(now, retention):
-            self._baselines.pop(zid, None)
+        # Node zones and GPUs never expire: they are bounded by the hardware, and the workload
+        # energy already handed out (retired containers included) must keep adding up to them.
 
     def _next_energy_baseline(
         self, prev: _Previous | None, readings: Sequence[tuple[EnergyReading, float]]
@@ -453,8 +504,8 @@ class Monitor:
         containers = []
         for ref, energy in self._container_energy.items():
             namespace, pod, name = self._names.container(ref)
-            cpu = self._container_cpu.totals(ref).get("cpu", 0.0)
-            ioctls = self._container_ioctls.totals(ref)
+            cpu = self._container_cpu.get(ref, 0.0)
+            ioctls = self._container_ioctls.get(ref, {})
             containers.append(
                 ContainerCounters(
                     container_id=ref.container_id,
@@ -481,10 +532,11 @@ class Monitor:
                 )
             )
         processes = []
-        for (_task, ref), energy in self._process_energy.items():
-            pid, comm = self._process_meta[(_task, ref)]
+        for (task, ref), energy in self._process_energy.items():
+            pid, comm = self._process_meta[(task, ref)]
             processes.append(
                 ProcessCounters(
+                    task=task,
                     pid=pid,
                     comm=comm,
                     container_id=ref.container_id,
@@ -493,6 +545,7 @@ class Monitor:
                     energy=_energy_items(energy),
                 )
             )
+        maps = self._activity.map_stats() if isinstance(self._activity, ReportsMapStats) else ()
         return Snapshot(
             sequence=self._sequence,
             timestamp=self._wall_clock(),
@@ -506,11 +559,19 @@ class Monitor:
             retired_containers=_energy_items(self._retired_containers),
             sources=tuple(statuses),
             attributed_zones=attributed,
+            gpus=self._gpu.counters(),
+            gpu_container_memory=self._gpu.container_memory(self._names.container),
+            ebpf_maps=tuple(maps),
             pod_info=tuple(_provided(self._pod_info, ())) if self._pod_info else (),
             gpu_allocations=(
                 tuple(_provided(self._gpu_allocations, ())) if self._gpu_allocations else ()
             ),
         )
+
+    def close(self) -> None:
+        """Release what sources hold (NVML and its event thread). Call after the loop ended."""
+        if self._gpus is not None:
+            self._gpus.close()
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -559,13 +620,17 @@ def _cpu_usage(prev: CpuTimes | None, cur: CpuTimes | None) -> float | None:
     return min(busy / total, 1.0)
 
 
-def _energy_between(old: EnergyReading, new: EnergyReading, dt: float) -> float | None:
+def _energy_between(
+    old: EnergyReading, new: EnergyReading, dt: float, *, wrap_allowed: bool
+) -> float | None:
     """Joules between two readings of one zone, or None when the step cannot be trusted."""
+    max_power = new.max_power_w or MAX_PLAUSIBLE_POWER_W
     if new.energy_uj is not None and old.energy_uj is not None:
-        delta = counter_delta_uj(old.energy_uj, new.energy_uj, new.max_energy_uj, dt)
+        max_range = new.max_energy_uj if wrap_allowed else None
+        delta = counter_delta_uj(old.energy_uj, new.energy_uj, max_range, dt, max_power)
         return None if delta is None else delta / 1e6
     if new.power_w is not None and old.power_w is not None:
-        if not (math.isfinite(new.power_w) and 0 <= new.power_w <= MAX_PLAUSIBLE_POWER_W):
+        if not (math.isfinite(new.power_w) and 0 <= new.power_w <= max_power):
             return None
         return integrate_power_j(old.power_w, new.power_w, dt)
     return None

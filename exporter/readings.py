@@ -23,6 +23,7 @@ class EnergyReading:
     energy_uj: int | None = None
     max_energy_uj: int | None = None
     power_w: float | None = None
+    max_power_w: float | None = None  # what the domain can plausibly draw; None: the generic bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,17 @@ class SourceStatus:
 
 
 ABSENT = "absent"
+
+
+@dataclass(frozen=True, slots=True)
+class MapStats:
+    """Fill level and losses of one bounded eBPF map (cumulative counts since load)."""
+
+    map: str
+    entries: int
+    max_entries: int
+    evictions: int  # entries the kernel's LRU dropped to make room
+    insert_failures: int  # events that found no room in this map
 
 
 class SourceError(Exception):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.readings import SourceStatus
+from exporter.gpu.snapshot import ContainerGpuMemory, GpuCounters
+from exporter.readings import MapStats, SourceStatus, TaskKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,7 @@ class PodCounters:
 
 @dataclass(frozen=True, slots=True)
 class ProcessCounters:
+    task: TaskKey  # identity (pid, start time); not exported
     pid: int
     comm: str
     container_id: str
@@ -78,7 +80,8 @@ class GpuAllocation:
 
     gpu: str  # NVML index; "" while unknown
     uuid: str  # physical GPU UUID; "" while unknown (a MIG device whose parent is not known yet)
-    gpu_instance: str  # MIG device for MIG allocations, else ""
+    gpu_instance: str  # MIG GPU instance id (as on NVML's MIG series), else ""
+    mig_device: str  # the MIG device as the device plugin names it, else ""
     namespace: str
     pod: str
     container: str
@@ -98,6 +101,9 @@ class Snapshot:
     retired_containers: tuple[Energy, ...]  # all energy of containers already dropped
     sources: tuple[SourceStatus, ...]
     attributed_zones: tuple[str, ...]  # node zones whose energy is split among workloads
+    gpus: tuple[GpuCounters, ...] = ()
+    gpu_container_memory: tuple[ContainerGpuMemory, ...] = ()
+    ebpf_maps: tuple[MapStats, ...] = ()  # fill and evictions of the eBPF maps, when in use
     pod_info: tuple[PodInfo, ...] = ()  # only with --kube.pod-labels
     gpu_allocations: tuple[GpuAllocation, ...] = ()  # from the kubelet's PodResources API
 

@@ -9,7 +9,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 venv=${WATTPROBE_VENV:-$here/.venv}
 
 runtime_pkgs=(python3 python3-venv make python3-bpfcc linux-headers-amd64)
-test_pkgs=(git gcc libc6-dev prometheus prometheus-alertmanager prometheus-node-exporter tmux libcap2-bin)
+test_pkgs=(git gcc libc6-dev prometheus prometheus-alertmanager prometheus-node-exporter tmux libcap2-bin nodejs)
 
 pkgs=("${runtime_pkgs[@]}")
 [ "$profile" = test ] && pkgs+=("${test_pkgs[@]}")
@@ -44,6 +44,20 @@ if [ ! -e "$stamp" ] || [ "$here/pyproject.toml" -nt "$stamp" ]; then
     "$venv/bin/pip" install -q -e "$here"
   fi
   touch "$stamp"
+fi
+
+# The dashboard tests type-check the JSON against Grafana's published schema (npm @grafana/schema
+# with tsc), pinned by tests/dashboards/package-lock.json and installed next to it.
+if [ "$profile" = test ]; then
+  if ! command -v npm >/dev/null; then
+    # Debian's nodejs ships npm as a separate package (NodeSource's includes it)
+    DEBIAN_FRONTEND=noninteractive apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm
+  fi
+  npm_dir="$here/tests/dashboards"
+  if [ ! -e "$npm_dir/node_modules/.installed" ] || [ "$npm_dir/package-lock.json" -nt "$npm_dir/node_modules/.installed" ]; then
+    (cd "$npm_dir" && npm ci --no-audit --no-fund --loglevel=error) && touch "$npm_dir/node_modules/.installed"
+  fi
 fi
 
 # Make Debian's bcc importable from the venv without exposing all of dist-packages:

@@ -1,14 +1,22 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.fixturehost import FixtureHost
 from tests.running import ExporterProcess, start_exporter
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+# CI replays the same examples on every run, so a landing never depends on luck; locally every
+# run explores new ones (and keeps failures in .hypothesis/ to replay them).
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI") == "true":
+    settings.load_profile("ci")
 
 StartExporter = Callable[..., ExporterProcess]
 

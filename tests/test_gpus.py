@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from exporter.gpu.readings import GpuReading, MigInstanceReading
+from exporter.gpu.snapshot import GpuCounters
 from exporter.snapshot import GpuAllocation
 from exporter.workloads.gpus import (
     DeviceAssignment,
     GpuDirectory,
     GpuRef,
+    NvmlDirectory,
     gpu_allocations,
     holders_of,
     resolve_device,
@@ -21,6 +26,7 @@ NVML = GpuDirectory(
     index_by_uuid={G0: "0", G1: "1"},
     parent_by_mig_uuid={MIG: G1},
     index_by_minor={0: "0", 3: "1"},
+    instance_by_mig_uuid={MIG: "7"},
 )
 
 
@@ -29,16 +35,20 @@ NVML = GpuDirectory(
     [
         (G0, GpuRef(G0, "", ""), GpuRef(G0, "0", "")),
         (f"{G0}::3", GpuRef(G0, "", ""), GpuRef(G0, "0", "")),  # time-sliced replica
-        (MIG, GpuRef("", "", MIG), GpuRef(G1, "1", MIG)),
-        (f"{MIG}::1", GpuRef("", "", MIG), GpuRef(G1, "1", MIG)),
-        (f"MIG-{G1}/7/0", GpuRef(G1, "", f"MIG-{G1}/7/0"), GpuRef(G1, "1", f"MIG-{G1}/7/0")),
+        (MIG, GpuRef("", "", MIG), GpuRef(G1, "1", MIG, "7")),
+        (f"{MIG}::1", GpuRef("", "", MIG), GpuRef(G1, "1", MIG, "7")),
+        (
+            f"MIG-{G1}/7/0",  # older drivers: the parent and the GPU instance in the name
+            GpuRef(G1, "", f"MIG-{G1}/7/0", "7"),
+            GpuRef(G1, "1", f"MIG-{G1}/7/0", "7"),
+        ),
         ("1", GpuRef("", "1", ""), GpuRef(G1, "1", "")),  # index strategy
         ("0::2", GpuRef("", "0", ""), GpuRef(G0, "0", "")),
         ("1:0", GpuRef("", "1", "1:0"), GpuRef(G1, "1", "1:0")),  # index strategy MIG
         ("nvidia0", GpuRef("", "0", ""), GpuRef(G0, "0", "")),  # GKE, minor number
         ("nvidia3", GpuRef("", "3", ""), GpuRef(G1, "1", "")),  # minor 3 is index 1 here
         ("nvidia0/vgpu4", GpuRef("", "0", ""), GpuRef(G0, "0", "")),  # GKE time-sharing
-        ("nvidia3/gi2", GpuRef("", "3", "nvidia3/gi2"), GpuRef(G1, "1", "nvidia3/gi2")),
+        ("nvidia3/gi2", GpuRef("", "3", "nvidia3/gi2", "2"), GpuRef(G1, "1", "nvidia3/gi2", "2")),
     ],
 )
 def test_device_id_formats(device_id: str, without_nvml: GpuRef, with_nvml: GpuRef) -> None:
@@ -68,17 +78,17 @@ ASSIGNED = [
 def test_allocation_rows_without_nvml() -> None:
     rows = gpu_allocations(ASSIGNED)
     assert rows == (
-        GpuAllocation("", "", MIG, "ml", "notebook", "jupyter"),
-        GpuAllocation("", G1, "", "ml", "trainer-0", "trainer"),
-        GpuAllocation("", G0, "", "ml", "infer-a", "server"),
-        GpuAllocation("", G0, "", "ml", "trainer-0", "trainer"),  # one row for both replicas
+        GpuAllocation("", "", "", MIG, "ml", "notebook", "jupyter"),
+        GpuAllocation("", G1, "", "", "ml", "trainer-0", "trainer"),
+        GpuAllocation("", G0, "", "", "ml", "infer-a", "server"),
+        GpuAllocation("", G0, "", "", "ml", "trainer-0", "trainer"),  # one row for both replicas
     )
 
 
 def test_allocation_rows_with_nvml_fill_index_and_mig_parent() -> None:
     rows = gpu_allocations(ASSIGNED, NVML)
-    assert GpuAllocation("1", G1, MIG, "ml", "notebook", "jupyter") in rows
-    assert GpuAllocation("0", G0, "", "ml", "infer-a", "server") in rows
+    assert GpuAllocation("1", G1, "7", MIG, "ml", "notebook", "jupyter") in rows
+    assert GpuAllocation("0", G0, "", "", "ml", "infer-a", "server") in rows
     assert len(rows) == 4
 
 
@@ -93,3 +103,39 @@ def test_holders() -> None:
         ("ml", "trainer-0", "trainer"),
     ]
     assert holders_of("GPU-unknown", ASSIGNED) == []
+
+
+def test_directory_from_nvml_and_the_driver(tmp_path: Path) -> None:
+    gpus_dir = tmp_path / "driver" / "nvidia" / "gpus"
+    for bus, minor in (("0000:3b:00.0", 0), ("0000:86:00.0", 3)):
+        (gpus_dir / bus).mkdir(parents=True)
+        (gpus_dir / bus / "information").write_text(
+            f"Model: \t\t NVIDIA A100\nBus Location: \t {bus}\nDevice Minor: \t {minor}\n"
+        )
+    mig = MigInstanceReading(MIG, "NVIDIA A100 MIG 1g.10gb", 7, 0, None, 10 << 30)
+    gpus = [
+        gpu_counters(0, G0, "00000000:3B:00.0", GpuReading(0, G0, "A100", "00000000:3B:00.0")),
+        gpu_counters(
+            1,
+            G1,
+            "00000000:86:00.0",
+            GpuReading(1, G1, "A100", "00000000:86:00.0", mig_instances=(mig,)),
+        ),
+    ]
+    seen: list[list[GpuCounters]] = [gpus]
+    provider = NvmlDirectory(tmp_path, lambda: seen[0])
+    directory = provider()
+    assert directory == GpuDirectory(
+        index_by_uuid={G0: "0", G1: "1"},
+        parent_by_mig_uuid={MIG: G1},
+        index_by_minor={0: "0", 3: "1"},
+        instance_by_mig_uuid={MIG: "7"},
+    )
+    assert provider() is directory  # the same GPUs: not rebuilt
+    assert resolve_device("nvidia3", directory) == GpuRef(G1, "1", "")
+    assert resolve_device(MIG, directory) == GpuRef(G1, "1", MIG, "7")
+    assert NvmlDirectory(tmp_path / "nothing", list)() == GpuDirectory()
+
+
+def gpu_counters(index: int, uuid: str, bus: str, reading: GpuReading) -> GpuCounters:
+    return GpuCounters(index, uuid, "A100", bus, "550.54", "12.4", "", False, reading, ())

@@ -91,7 +91,7 @@ def test_monitor_hooks_reach_the_snapshot_and_the_exposition(host: FixtureHost) 
             broken,
         ],
         pod_info=lambda: [PodInfo("u1", "web-0", "shop", (("team", "payments"), ("a.b/c", "x")))],
-        gpu_allocations=lambda: [GpuAllocation("0", "GPU-1", "", "ml", "trainer-0", "trainer")],
+        gpu_allocations=lambda: [GpuAllocation("0", "GPU-1", "", "", "ml", "trainer-0", "trainer")],
     )
     snap = monitor.step()  # the broken provider costs its statuses, not the interval
     assert ("kubelet", False, "unreachable") in [(s.source, s.up, s.reason) for s in snap.sources]

@@ -112,9 +112,9 @@ def test_kubelet_names_pod_info_and_gpu_allocations(
         alloc = labels_of(samples, "wattprobe_gpu_allocation_info")
         shared = sorted((r["pod"], r["container"]) for r in alloc if r.get("uuid") == GPU0)
         assert shared == [("infer-a", "server"), ("trainer-0", "trainer")]  # a time-sliced GPU
-        mig = [r for r in alloc if r.get("gpu_instance") == MIG]
-        assert mig == [
-            {"gpu_instance": MIG, "namespace": "ml", "pod": "notebook", "container": "jupyter"}
+        mig = [r for r in alloc if r.get("mig_device") == MIG]
+        assert mig == [  # no NVML on this host: the MIG device's parent GPU is not known
+            {"mig_device": MIG, "namespace": "ml", "pod": "notebook", "container": "jupyter"}
         ]
         assert len(alloc) == 3  # the NIC is not a GPU
         assert all(v == 1 for (n, _l), v in samples.items() if n.endswith("_info"))

@@ -178,18 +178,20 @@ def test_gpu_holders_and_allocation_rows(kubelet: FakePodResources) -> None:
         parent = "GPU-1b0e77c4-9d31-4f55-8a06-2c1e4f7d9b20"
         assert kube.gpu_holders(parent) == ()  # the MIG parent is unknown without NVML
         assert kube.gpu_allocations() == (
-            GpuAllocation("", "", MIG, "ml", "notebook", "jupyter"),
-            GpuAllocation("", GPU0, "", "ml", "infer-a", "server"),
-            GpuAllocation("", GPU0, "", "ml", "trainer-0", "trainer"),
+            GpuAllocation("", "", "", MIG, "ml", "notebook", "jupyter"),
+            GpuAllocation("", GPU0, "", "", "ml", "infer-a", "server"),
+            GpuAllocation("", GPU0, "", "", "ml", "trainer-0", "trainer"),
         )
         # what NVML will plug in: indexes and MIG parents
         kube.set_gpu_directory(
             lambda: GpuDirectory(
-                index_by_uuid={GPU0: "0", parent: "1"}, parent_by_mig_uuid={MIG: parent}
+                index_by_uuid={GPU0: "0", parent: "1"},
+                parent_by_mig_uuid={MIG: parent},
+                instance_by_mig_uuid={MIG: "2"},
             )
         )
         assert kube.gpu_holders(parent) == (jupyter,)
-        assert GpuAllocation("1", parent, MIG, "ml", "notebook", "jupyter") in (
+        assert GpuAllocation("1", parent, "2", MIG, "ml", "notebook", "jupyter") in (
             kube.gpu_allocations()
         )
         store.replace([])  # the pods were deleted: their names stay for the retention window

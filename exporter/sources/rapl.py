@@ -20,6 +20,10 @@ log = logging.getLogger(__name__)
 
 _INDEX_SUFFIX = re.compile(r"-\d+$")
 
+# No RAPL domain draws this much: the largest server packages are rated around 400 W. A tighter
+# bound than the generic one makes a counter reset less likely to pass for a wrap.
+RAPL_MAX_POWER_W = 1_000.0
+
 FIX_PERMISSION = (
     "energy_uj is readable by root only since Linux 5.10 (CVE-2020-8694): run as root, "
     "or grant CAP_DAC_READ_SEARCH"
@@ -75,12 +79,18 @@ class RaplSource:
     def __init__(self, sysfs: Path) -> None:
         self.powercap = str(sysfs / "class" / "powercap")
         self.duplicates: list[str] = []
+        # zones found at some point: losing all of them later is a fault, not absent hardware
+        self._seen: set[str] = set()
 
     def read(self) -> list[EnergyReading]:
         """Every zone's counter. Zones that fail are left out; if all fail, SourceError."""
         zones, self.duplicates = discover_zones(self.powercap)
+        if not zones and self._seen:
+            gone = ", ".join(sorted(self._seen))
+            raise SourceError("vanished", f"RAPL zones {gone} are gone from {self.powercap}")
         if not zones:
             raise SourceAbsent(f"no RAPL zones with energy_uj under {self.powercap}")
+        self._seen.update(z.device for z in zones)
         readings: list[EnergyReading] = []
         failure: tuple[str, str] | None = None
         for z in zones:
@@ -89,7 +99,16 @@ class RaplSource:
             except (OSError, ValueError) as exc:
                 failure = failure or (reason_for(exc), f"{z.path}/energy_uj: {short_error(exc)}")
                 continue
-            readings.append(EnergyReading(z.zone, z.device, self.name, energy, z.max_energy_uj))
+            readings.append(
+                EnergyReading(
+                    z.zone,
+                    z.device,
+                    self.name,
+                    energy,
+                    z.max_energy_uj,
+                    max_power_w=RAPL_MAX_POWER_W,
+                )
+            )
         if not readings and failure is not None:
             reason, detail = failure
             if reason == "permission denied":

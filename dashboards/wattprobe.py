@@ -1,0 +1,918 @@
+"""The four wattprobe dashboards: cluster power, namespace/pod drill-down, GPU fleet, health.
+
+Conventions every query follows (the tests check them):
+- every selector carries cluster="$cluster": the variable is hidden and empty on a single
+  cluster, where cluster="" matches the series that have no cluster label;
+- node zones overlap (package contains core): power is summed over devices and nodes within
+  one zone kind, never across zone kinds, so every power series keeps its zone;
+- the recording rules of alerts/wattprobe.rules.yml serve the fleet-wide views; drill-downs
+  into a few pods read the raw counters with $__rate_interval;
+- energy in kWh is joules / 3.6e6.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from alerts.generate import DEFAULT_JOB, job_selector
+from dashboards.grafana import (
+    JSON,
+    Layout,
+    Query,
+    bargauge,
+    dashboard,
+    dashed,
+    datasource_variable,
+    query_variable,
+    stat,
+    state_timeline,
+    table,
+    thresholds,
+    timeseries,
+    value_map,
+)
+
+TAGS = ("wattprobe", "energy", "kubernetes")
+CRITICAL_XIDS = "48|63|64|74|79|94|95"  # as in the WattprobeGpuXidError alert
+
+NODE_POWER = "node_zone_source_mode:wattprobe_node_energy_joules:sum_rate5m"
+POD_POWER = "namespace_pod_zone:wattprobe_pod_energy_joules:sum_rate5m"
+NAMESPACE_POWER = "namespace_zone:wattprobe_pod_energy_joules:sum_rate5m"
+J_PER_KWH = "3.6e6"
+# joins a MIG instance's series to its profile (3g.20gb ...) and MIG device UUID
+MIG_PROFILE = (
+    "* on (uuid, gpu_instance, compute_instance) group_left (profile, mig_uuid) "
+    "wattprobe_gpu_mig_info"
+)
+
+
+def xid_events(counter: str, window: str) -> str:
+    """XID events within the window, per series. A GPU's XID counter series only appears with
+    its first event, at 1, and increase() cannot see that first event; the counter minus its
+    value one window ago (0 where it did not exist yet) does. A counter reset (the exporter
+    restarted) counts 0 rather than a negative number."""
+    return f"clamp_min({counter} - ({counter} offset {window} or {counter} * 0), 0)"
+
+
+ESTIMATED_DASHED = dashed("byRegexp", ".*\\(estimated\\).*")
+ESTIMATED_NOTE = (
+    " Series marked (estimated), dashed, are modelled from CPU usage on nodes without a power"
+    " sensor."
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    job: str = DEFAULT_JOB  # scrape job of wattprobe, as in the alert rules
+    multi_cluster: bool = False  # show the cluster picker
+
+
+def sel(*extra: str) -> str:
+    """The common selector: cluster, node, plus extra matchers."""
+    return "{" + ", ".join(['cluster="$cluster"', 'node=~"$node"', *extra]) + "}"
+
+
+def _cluster_variable(settings: Settings) -> JSON:
+    return query_variable(
+        "cluster",
+        "Cluster",
+        f"label_values(up{{{job_selector(settings.job)}}}, cluster)",
+        hide=0 if settings.multi_cluster else 2,
+    )
+
+
+def _node_variable(settings: Settings) -> JSON:
+    return query_variable(
+        "node",
+        "Node",
+        f'label_values(up{{{job_selector(settings.job)}, cluster="$cluster"}}, node)',
+        multi=True,
+        include_all=True,
+    )
+
+
+def _namespace_variable() -> JSON:
+    return query_variable(
+        "namespace",
+        "Namespace",
+        "label_values(wattprobe_pod_energy_joules_total" + sel() + ", namespace)",
+    )
+
+
+def _pod_variable() -> JSON:
+    return query_variable(
+        "pod",
+        "Pod",
+        "label_values(wattprobe_pod_energy_joules_total" + sel('namespace="$namespace"') + ", pod)",
+        multi=True,
+        include_all=True,
+    )
+
+
+def _gpu_variable() -> JSON:
+    return query_variable(
+        "gpu",
+        "GPU",
+        "label_values(wattprobe_gpu_info" + sel() + ", gpu)",
+        multi=True,
+        include_all=True,
+    )
+
+
+# -- 1. cluster power -----------------------------------------------------------------------
+
+
+def cluster_power(settings: Settings) -> JSON:
+    lay = Layout()
+    lay.row("Overview")
+    lay.add(
+        stat(
+            "Current power by zone",
+            "Current power of the selected nodes per zone kind, summed over nodes and devices. "
+            "Zones overlap (package contains core, psys contains package): never add them up.",
+            [Query(f"sum by (zone) ({NODE_POWER}{sel()})", "{{zone}}")],
+            "watt",
+            width=12,
+        ),
+        stat(
+            "Active share of power",
+            "Fraction of each zone's energy that is above the learned idle baseline: the part "
+            "attributed to workloads.",
+            [
+                Query(
+                    f"sum by (zone) ({NODE_POWER}" + sel('mode="active"') + ") "
+                    f"/ sum by (zone) ({NODE_POWER}{sel()})",
+                    "{{zone}}",
+                )
+            ],
+            "percentunit",
+        ),
+        stat(
+            "Nodes on estimated power",
+            "Nodes where no RAPL or hwmon sensor could be read: their power is modelled from "
+            "CPU usage (alert WattprobeNodePowerEstimated).",
+            [
+                Query(
+                    "count(count by (cluster, node, instance) "
+                    "(wattprobe_node_energy_joules_total" + sel('source="estimated"') + ") "
+                    "unless count by (cluster, node, instance) "
+                    "(wattprobe_node_energy_joules_total" + sel('source!="estimated"') + ")) "
+                    "or vector(0)"
+                )
+            ],
+            "none",
+            steps=thresholds(("green", None), ("blue", 1)),
+        ),
+    )
+    lay.row("Node power")
+    lay.add(
+        timeseries(
+            "Node power by zone",
+            "Power per node and zone kind (devices of one kind summed, e.g. both sockets' "
+            "package). Zones overlap: compare them, do not stack them." + ESTIMATED_NOTE,
+            [
+                Query(
+                    f"sum by (node, zone, source) ({NODE_POWER}{sel()})",
+                    "{{node}} {{zone}} ({{source}})",
+                )
+            ],
+            "watt",
+            width=24,
+            height=9,
+            overrides=[ESTIMATED_DASHED],
+        ),
+        timeseries(
+            "Active vs idle power by zone",
+            "Idle is the learned baseline power of a zone at low activity; active is the rest, "
+            "which wattprobe splits among workloads.",
+            [Query(f"sum by (zone, mode) ({NODE_POWER}{sel()})", "{{zone}} {{mode}}")],
+            "watt",
+        ),
+        table(
+            "Power source per node",
+            "Where each node's power comes from: rapl and hwmon are measured, estimated is "
+            "modelled.",
+            [Query(f"sum by (node, zone, source) ({NODE_POWER}{sel()})", instant=True, table=True)],
+            "watt",
+            rename={"Value": "Power"},
+        ),
+    )
+    lay.row("Workloads")
+    lay.add(
+        bargauge(
+            "Top namespaces by power",
+            "The 10 namespaces drawing the most power on the selected nodes, per zone kind.",
+            [
+                Query(
+                    f"topk(10, sum by (namespace, zone) ({POD_POWER}{sel()}))",
+                    "{{namespace}} · {{zone}}",
+                    instant=True,
+                )
+            ],
+            "watt",
+        ),
+        bargauge(
+            "Top pods by power",
+            "The 10 pods drawing the most power on the selected nodes, per zone kind.",
+            [
+                Query(
+                    f"topk(10, sum by (namespace, pod, zone) ({POD_POWER}{sel()}))",
+                    "{{namespace}}/{{pod}} · {{zone}}",
+                    instant=True,
+                )
+            ],
+            "watt",
+        ),
+        timeseries(
+            "Namespace power",
+            "Power attributed to each namespace over time, per zone kind.",
+            [Query(f"sum by (namespace, zone) ({POD_POWER}{sel()})", "{{namespace}} {{zone}}")],
+            "watt",
+        ),
+        timeseries(
+            "Power outside pods",
+            "Active power of host processes (system_processes: kubelet, container runtime, "
+            "daemons) and kernel threads (kernel_processes).",
+            [
+                Query(
+                    "sum by (node, container, zone) (rate(wattprobe_container_energy_joules_total"
+                    + sel('container=~"system_processes|kernel_processes"')
+                    + "[$__rate_interval]))",
+                    "{{node}} {{container}} {{zone}}",
+                )
+            ],
+            "watt",
+        ),
+    )
+    lay.row("Energy")
+    lay.add(
+        timeseries(
+            "Energy per day",
+            "Energy of the trailing 24 hours per zone kind (average power of the day times 24 h), "
+            "in kWh." + ESTIMATED_NOTE,
+            [
+                Query(
+                    f"sum by (zone, source) (avg_over_time({NODE_POWER}{sel()}[1d])) * 24 / 1000",
+                    "{{zone}} ({{source}})",
+                )
+            ],
+            "kwatth",
+            overrides=[ESTIMATED_DASHED],
+        ),
+        stat(
+            "Energy over the selected range",
+            "Energy per zone kind over the dashboard's time range, in kWh." + ESTIMATED_NOTE,
+            [
+                Query(
+                    "sum by (zone, source) (increase(wattprobe_node_energy_joules_total"
+                    + sel()
+                    + f"[$__range])) / {J_PER_KWH}",
+                    "{{zone}} ({{source}})",
+                    instant=True,
+                )
+            ],
+            "kwatth",
+            width=12,
+            height=8,
+        ),
+        table(
+            "Namespace energy over the selected range",
+            "Energy attributed to each namespace over the dashboard's time range, per zone "
+            "kind, in kWh: the basis for billing teams.",
+            [
+                Query(
+                    "sum by (namespace, zone) (increase(wattprobe_pod_energy_joules_total"
+                    + sel()
+                    + f"[$__range])) / {J_PER_KWH}",
+                    instant=True,
+                    table=True,
+                )
+            ],
+            "kwatth",
+            width=24,
+            rename={"Value": "Energy"},
+            sort_by="Energy",
+        ),
+    )
+    return dashboard(
+        uid="wattprobe-cluster-power",
+        title="wattprobe / Cluster power",
+        description="Node power by zone, active vs idle, top namespaces and pods, energy.",
+        tags=TAGS,
+        variables=[
+            datasource_variable(),
+            _cluster_variable(settings),
+            _node_variable(settings),
+        ],
+        layout=lay,
+        time_from="now-24h",
+    )
+
+
+# -- 2. namespace / pod drill-down ----------------------------------------------------------
+
+
+def pod_power(settings: Settings) -> JSON:
+    namespace = sel('namespace="$namespace"')
+    pods = sel('namespace="$namespace"', 'pod=~"$pod"')
+    lay = Layout()
+    lay.row("Namespace $namespace")
+    lay.add(
+        timeseries(
+            "Namespace power by zone",
+            "Power attributed to the namespace's pods on the selected nodes, per zone kind.",
+            [Query(f"sum by (zone) ({POD_POWER}{namespace})", "{{zone}}")],
+            "watt",
+        ),
+        table(
+            "Pods of the namespace by power",
+            "Current power of every pod of the namespace, per zone kind.",
+            [
+                Query(
+                    f"sort_desc(sum by (pod, zone) ({POD_POWER}{namespace}))",
+                    instant=True,
+                    table=True,
+                )
+            ],
+            "watt",
+            rename={"Value": "Power"},
+            sort_by="Power",
+        ),
+        timeseries(
+            "Namespace power across the cluster",
+            "The namespace's power over all nodes of the cluster (recording rule), per zone kind.",
+            [
+                Query(
+                    f"sum by (zone) ({NAMESPACE_POWER}"
+                    '{cluster="$cluster", namespace="$namespace"})',
+                    "{{zone}}",
+                )
+            ],
+            "watt",
+            width=24,
+        ),
+    )
+    lay.row("Pods")
+    lay.add(
+        timeseries(
+            "Pod CPU power",
+            "Power of the CPU zones (package, dram, or the node's sensor) attributed to each "
+            "selected pod.",
+            [
+                Query(
+                    "sum by (pod, zone) (rate(wattprobe_pod_energy_joules_total"
+                    + sel('namespace="$namespace"', 'pod=~"$pod"', 'zone!="gpu"')
+                    + "[$__rate_interval]))",
+                    "{{pod}} {{zone}}",
+                )
+            ],
+            "watt",
+        ),
+        timeseries(
+            "Pod GPU power",
+            "GPU power attributed to each selected pod, per GPU.",
+            [
+                Query(
+                    "sum by (pod, gpu) (rate(wattprobe_pod_energy_joules_total"
+                    + sel('namespace="$namespace"', 'pod=~"$pod"', 'zone="gpu"')
+                    + "[$__rate_interval]))",
+                    "{{pod}} GPU {{gpu}}",
+                )
+            ],
+            "watt",
+        ),
+        timeseries(
+            "Pod share of its node",
+            "Each pod's power as a fraction of its node's power in the same zone kind "
+            "(active and idle).",
+            [
+                Query(
+                    "sum by (cluster, node, pod, zone) (rate(wattprobe_pod_energy_joules_total"
+                    + sel('namespace="$namespace"', 'pod=~"$pod"', 'zone!="gpu"')
+                    + "[$__rate_interval])) / on (cluster, node, zone) group_left () "
+                    "sum by (cluster, node, zone) (rate(wattprobe_node_energy_joules_total"
+                    + sel()
+                    + "[$__rate_interval]))",
+                    "{{pod}} {{zone}} on {{node}}",
+                )
+            ],
+            "percentunit",
+            max_value=1,
+        ),
+        timeseries(
+            "Pod share of its GPUs",
+            "Each pod's GPU power as a fraction of the power of the GPU it runs on.",
+            [
+                Query(
+                    "sum by (cluster, node, pod, gpu) (rate(wattprobe_pod_energy_joules_total"
+                    + sel('namespace="$namespace"', 'pod=~"$pod"', 'zone="gpu"')
+                    + "[$__rate_interval])) / on (cluster, node, gpu) group_left () "
+                    "sum by (cluster, node, gpu) (rate(wattprobe_gpu_energy_joules_total"
+                    + sel()
+                    + "[$__rate_interval]))",
+                    "{{pod}} GPU {{gpu}} on {{node}}",
+                )
+            ],
+            "percentunit",
+            max_value=1,
+        ),
+        bargauge(
+            "Pod energy over the selected range",
+            "Energy attributed to each selected pod over the dashboard's time range, per zone "
+            "kind, in kWh.",
+            [
+                Query(
+                    "sum by (pod, zone) (increase(wattprobe_pod_energy_joules_total"
+                    + pods
+                    + f"[$__range])) / {J_PER_KWH}",
+                    "{{pod}} · {{zone}}",
+                    instant=True,
+                )
+            ],
+            "kwatth",
+        ),
+        timeseries(
+            "Container power",
+            "Power attributed to each container of the selected pods, per zone kind.",
+            [
+                Query(
+                    "sum by (pod, container, zone) (rate(wattprobe_container_energy_joules_total"
+                    + pods
+                    + "[$__rate_interval]))",
+                    "{{pod}}/{{container}} {{zone}}",
+                )
+            ],
+            "watt",
+        ),
+        timeseries(
+            "Container CPU usage",
+            "CPU time per second (cores) of each container of the selected pods: the weights "
+            "of the CPU power split.",
+            [
+                Query(
+                    "sum by (pod, container) (rate(wattprobe_container_cpu_seconds_total"
+                    + pods
+                    + "[$__rate_interval]))",
+                    "{{pod}}/{{container}}",
+                )
+            ],
+            "short",
+        ),
+        timeseries(
+            "Container GPU driver calls",
+            "GPU driver ioctls per second of each container (eBPF): a fallback weight of the "
+            "GPU power split.",
+            [
+                Query(
+                    "sum by (pod, container, driver) (rate(wattprobe_container_gpu_ioctls_total"
+                    + pods
+                    + "[$__rate_interval]))",
+                    "{{pod}}/{{container}} {{driver}}",
+                )
+            ],
+            "ops",
+        ),
+    )
+    return dashboard(
+        uid="wattprobe-pod-power",
+        title="wattprobe / Namespace and pod power",
+        description="A namespace's and its pods' CPU and GPU power, share of the node, energy.",
+        tags=TAGS,
+        variables=[
+            datasource_variable(),
+            _cluster_variable(settings),
+            _node_variable(settings),
+            _namespace_variable(),
+            _pod_variable(),
+        ],
+        layout=lay,
+    )
+
+
+# -- 3. GPU fleet ---------------------------------------------------------------------------
+
+
+def gpu_fleet(settings: Settings) -> JSON:
+    gpus = sel('gpu=~"$gpu"')
+    whole = sel('gpu=~"$gpu"', 'gpu_instance=""')  # whole GPUs, not their MIG instances
+    mig = sel('gpu=~"$gpu"', 'gpu_instance!=""')
+    temperature_steps = thresholds(("green", None), ("orange", 80), ("red", 85))
+    lay = Layout()
+    lay.row("Fleet")
+    lay.add(
+        stat(
+            "GPUs",
+            "GPUs found by NVML on the selected nodes.",
+            [Query(f"count(wattprobe_gpu_info{gpus})")],
+            "none",
+            width=4,
+        ),
+        stat(
+            "GPUs lost",
+            "GPUs NVML reports as lost (alert WattprobeGpuLost).",
+            [Query(f"sum(wattprobe_gpu_lost{gpus})")],
+            "none",
+            width=4,
+            steps=thresholds(("green", None), ("red", 1)),
+        ),
+        stat(
+            "Critical XIDs in range",
+            f"Critical XID errors ({CRITICAL_XIDS.replace('|', ', ')}) over the dashboard's time "
+            "range (alert WattprobeGpuXidError), a GPU's first one included.",
+            [
+                Query(
+                    "sum("
+                    + xid_events(
+                        "wattprobe_gpu_xid_errors_total"
+                        + sel('gpu=~"$gpu"', f'xid=~"{CRITICAL_XIDS}"'),
+                        "$__range",
+                    )
+                    + ") or vector(0)",
+                    instant=True,
+                )
+            ],
+            "none",
+            width=4,
+            decimals=0,
+            steps=thresholds(("green", None), ("red", 1)),
+        ),
+        stat(
+            "Mean utilization",
+            "Mean utilization of the selected GPUs.",
+            [Query(f"avg(wattprobe_gpu_utilization_ratio{gpus})")],
+            "percentunit",
+            width=4,
+        ),
+        stat(
+            "GPU power",
+            "Power drawn by the selected GPUs together.",
+            [Query(f"sum(wattprobe_gpu_power_watts{gpus})")],
+            "watt",
+            width=4,
+        ),
+        stat(
+            "Allocated GPUs idle for 1 h",
+            "GPUs held by a pod with under 1% utilization for the last hour (alert "
+            "WattprobeGpuIdleWhileAllocated).",
+            [
+                Query(
+                    f"count(max by (uuid) (wattprobe_gpu_allocation_info{gpus}) "
+                    "* on (uuid) (max by (uuid) "
+                    f"(max_over_time(wattprobe_gpu_utilization_ratio{gpus}[1h])) < 0.01)) "
+                    "or vector(0)"
+                )
+            ],
+            "none",
+            width=4,
+            steps=thresholds(("green", None), ("blue", 1)),
+        ),
+    )
+    lay.row("Utilization and memory")
+    lay.add(
+        timeseries(
+            "GPU utilization",
+            "Fraction of time a kernel ran on each GPU, compared across nodes.",
+            [Query(f"wattprobe_gpu_utilization_ratio{gpus}", "{{node}} GPU {{gpu}}")],
+            "percentunit",
+            width=16,
+            max_value=1,
+        ),
+        bargauge(
+            "Mean utilization per node over the range",
+            "Mean GPU utilization of each node over the dashboard's time range.",
+            [
+                Query(
+                    "avg by (node) "
+                    f"(avg_over_time(wattprobe_gpu_utilization_ratio{gpus}[$__range]))",
+                    "{{node}}",
+                    instant=True,
+                )
+            ],
+            "percentunit",
+            width=8,
+            max_value=1,
+        ),
+        timeseries(
+            "GPU memory used, with 1 h forecast",
+            "Memory used per GPU (solid), its total (dashed, refId C) and a linear forecast one "
+            "hour ahead from the last 30 minutes (dashed, refId B): a forecast crossing the "
+            "total means an out-of-memory within the hour. Whole GPUs; MIG instances are in "
+            "the MIG instances table.",
+            [
+                Query(f"wattprobe_gpu_memory_used_bytes{whole}", "{{node}} GPU {{gpu}} used"),
+                Query(
+                    f"predict_linear(wattprobe_gpu_memory_used_bytes{whole}[30m], 3600)",
+                    "{{node}} GPU {{gpu}} in 1 h",
+                ),
+                Query(f"wattprobe_gpu_memory_total_bytes{whole}", "{{node}} GPU {{gpu}} total"),
+            ],
+            "bytes",
+            width=16,
+            overrides=[dashed("byFrameRefID", "B"), dashed("byFrameRefID", "C")],
+        ),
+        table(
+            "MIG instances",
+            "Each MIG device (GPU instance, compute instance) with its profile and memory.",
+            [
+                Query(
+                    f"wattprobe_gpu_memory_used_bytes{mig} {MIG_PROFILE}{gpus}",
+                    instant=True,
+                    table=True,
+                ),
+                Query(
+                    f"wattprobe_gpu_memory_total_bytes{mig} {MIG_PROFILE}{gpus}",
+                    instant=True,
+                    table=True,
+                ),
+            ],
+            "bytes",
+            width=8,
+            rename={"Value #A": "Used", "Value #B": "Total"},
+            hide=("Time", "__name__", "job", "instance", "cluster", "mig_uuid"),
+        ),
+    )
+    lay.row("Temperature and power")
+    lay.add(
+        timeseries(
+            "GPU temperature",
+            "Core temperature per GPU; red above 85 °C (alert WattprobeGpuTemperatureHigh).",
+            [Query(f"wattprobe_gpu_temperature_celsius{gpus}", "{{node}} GPU {{gpu}}")],
+            "celsius",
+            min_value=None,
+            steps=temperature_steps,
+            threshold_style="line+area",
+        ),
+        timeseries(
+            "GPU power against its limit",
+            "Power per GPU (solid) and its enforced power limit (dashed, refId B).",
+            [
+                Query(f"wattprobe_gpu_power_watts{gpus}", "{{node}} GPU {{gpu}}"),
+                Query(f"wattprobe_gpu_power_limit_watts{gpus}", "{{node}} GPU {{gpu}} limit"),
+            ],
+            "watt",
+            overrides=[dashed("byFrameRefID", "B")],
+        ),
+        timeseries(
+            "GPU power as a share of its limit",
+            "Power / power limit; above 90% for 5 minutes fires WattprobeGpuPowerNearLimit.",
+            [
+                Query(
+                    f"wattprobe_gpu_power_watts{gpus} "
+                    f"/ (wattprobe_gpu_power_limit_watts{gpus} > 0)",
+                    "{{node}} GPU {{gpu}}",
+                )
+            ],
+            "percentunit",
+            max_value=1,
+            steps=thresholds(("green", None), ("red", 0.9)),
+            threshold_style="line",
+        ),
+        timeseries(
+            "GPU energy: active vs idle power",
+            "Power from the GPU energy counters, split into the learned idle baseline and the "
+            "active rest.",
+            [
+                Query(
+                    "sum by (node, gpu, mode) (rate(wattprobe_gpu_energy_joules_total"
+                    + gpus
+                    + "[$__rate_interval]))",
+                    "{{node}} GPU {{gpu}} {{mode}}",
+                )
+            ],
+            "watt",
+        ),
+        timeseries(
+            "GPU clocks",
+            "SM and memory clocks per GPU; a drop under load means thermal or power throttling.",
+            [Query(f"wattprobe_gpu_clock_hertz{gpus}", "{{node}} GPU {{gpu}} {{clock}}")],
+            "hertz",
+        ),
+        timeseries(
+            "XID errors",
+            "XID errors per GPU and code, each bar the events since the previous one. Critical "
+            "codes: " + CRITICAL_XIDS.replace("|", ", ") + ".",
+            [
+                Query(
+                    "sum by (node, gpu, xid) ("
+                    + xid_events(f"wattprobe_gpu_xid_errors_total{gpus}", "$__interval")
+                    + ")",
+                    "{{node}} GPU {{gpu}} XID {{xid}}",
+                )
+            ],
+            "none",
+            bars=True,
+        ),
+    )
+    lay.row("Pods")
+    lay.add(
+        table(
+            "GPU allocation",
+            "Which pod holds which GPU (kubelet PodResources), with the GPU's current utilization.",
+            [
+                Query(
+                    "max by (node, gpu, uuid, namespace, pod, container) "
+                    f"(wattprobe_gpu_allocation_info{gpus}) * on (uuid) group_left () "
+                    f"max by (uuid) (wattprobe_gpu_utilization_ratio{gpus})",
+                    instant=True,
+                    table=True,
+                )
+            ],
+            "percentunit",
+            width=24,
+            rename={"Value": "Utilization"},
+        ),
+        timeseries(
+            "Per-pod GPU power",
+            "GPU power attributed to each pod, per GPU.",
+            [
+                Query(
+                    "sum by (namespace, pod, gpu) (rate(wattprobe_pod_energy_joules_total"
+                    + sel('zone="gpu"', 'gpu=~"$gpu"')
+                    + "[$__rate_interval]))",
+                    "{{namespace}}/{{pod}} GPU {{gpu}}",
+                )
+            ],
+            "watt",
+        ),
+        bargauge(
+            "Per-pod GPU energy over the selected range",
+            "GPU energy attributed to each pod over the dashboard's time range, in kWh.",
+            [
+                Query(
+                    "topk(20, sum by (namespace, pod) (increase(wattprobe_pod_energy_joules_total"
+                    + sel('zone="gpu"', 'gpu=~"$gpu"')
+                    + f"[$__range])) / {J_PER_KWH})",
+                    "{{namespace}}/{{pod}}",
+                    instant=True,
+                )
+            ],
+            "kwatth",
+        ),
+        table(
+            "GPU inventory",
+            "Every GPU with its model, driver and MIG mode.",
+            [Query(f"wattprobe_gpu_info{gpus}", instant=True, table=True)],
+            "none",
+            width=24,
+            hide=("Time", "Value", "__name__", "job", "instance", "cluster"),
+        ),
+    )
+    return dashboard(
+        uid="wattprobe-gpu-fleet",
+        title="wattprobe / GPU fleet",
+        description="GPU utilization, memory, temperature, power, XIDs, allocation and MIG.",
+        tags=(*TAGS, "gpu"),
+        variables=[
+            datasource_variable(),
+            _cluster_variable(settings),
+            _node_variable(settings),
+            _gpu_variable(),
+        ],
+        layout=lay,
+    )
+
+
+# -- 4. exporter health ---------------------------------------------------------------------
+
+
+def exporter_health(settings: Settings) -> JSON:
+    up = f'up{{{job_selector(settings.job)}, cluster="$cluster", node=~"$node"}}'
+    scrape = f'{{{job_selector(settings.job)}, cluster="$cluster", node=~"$node"}}'
+    not_absent = sel('reason!="absent"')
+    lay = Layout()
+    lay.row("Targets")
+    lay.add(
+        stat(
+            "Targets up",
+            "wattprobe targets Prometheus scrapes successfully.",
+            [Query(f"sum({up})")],
+            "none",
+        ),
+        stat(
+            "Targets down",
+            "wattprobe targets that fail to scrape (alert WattprobeTargetDown).",
+            [Query(f"count({up} == 0) or vector(0)")],
+            "none",
+            steps=thresholds(("green", None), ("red", 1)),
+        ),
+        stat(
+            "Sources failing",
+            "Sources reporting wattprobe_source_up 0 for a reason other than absent hardware "
+            "(alert WattprobeSourceDown).",
+            [Query(f"count(wattprobe_source_up{not_absent} == 0) or vector(0)")],
+            "none",
+            steps=thresholds(("green", None), ("orange", 1)),
+        ),
+        table(
+            "Versions",
+            "wattprobe and Python versions running, with the number of nodes on each.",
+            [
+                Query(
+                    f"count by (version, python) (wattprobe_build_info{sel()})",
+                    instant=True,
+                    table=True,
+                )
+            ],
+            "none",
+            width=6,
+            height=5,
+            rename={"Value": "Nodes"},
+        ),
+    )
+    lay.row("Sources")
+    lay.add(
+        state_timeline(
+            "Sources up per node",
+            "Whether each source worked in each interval. Sources a node has no hardware for "
+            "(reason absent) are left out.",
+            [
+                Query(
+                    f"max by (node, source) (wattprobe_source_up{not_absent})",
+                    "{{node}} {{source}}",
+                )
+            ],
+            mappings=value_map({"1": ("up", "green"), "0": ("down", "red")}),
+            steps=thresholds(("red", None), ("green", 1)),
+        ),
+        table(
+            "Sources not up",
+            "Every source currently not working, with its reason; reason absent means the "
+            "node has no such hardware (not a fault).",
+            [Query(f"wattprobe_source_up{sel()} == 0", instant=True, table=True)],
+            "none",
+            width=24,
+            hide=("Time", "Value", "__name__", "job", "instance", "cluster"),
+        ),
+    )
+    lay.row("Performance")
+    lay.add(
+        timeseries(
+            "Collect duration by source",
+            "Time each source took to read in the last interval.",
+            [
+                Query(
+                    f"max by (node, source) (wattprobe_collect_duration_seconds{sel()})",
+                    "{{node}} {{source}}",
+                )
+            ],
+            "s",
+        ),
+        timeseries(
+            "Attribution intervals per second",
+            "Completed intervals per second: 1 / --interval when the loop keeps up.",
+            [Query(f"rate(wattprobe_intervals_total{sel()}[$__rate_interval])", "{{node}}")],
+            "short",
+        ),
+        timeseries(
+            "Scrape duration",
+            "How long Prometheus takes to scrape each wattprobe.",
+            [Query(f"scrape_duration_seconds{scrape}", "{{node}}")],
+            "s",
+        ),
+        timeseries(
+            "Samples per scrape",
+            "Series each wattprobe exposes: grows with pods (and processes with "
+            "--collector.process).",
+            [Query(f"scrape_samples_scraped{scrape}", "{{node}}")],
+            "short",
+        ),
+        timeseries(
+            "eBPF map evictions",
+            "Entries evicted from the bounded eBPF maps per second: non-zero means tasks were "
+            "dropped before userspace read them (raise the map sizes).",
+            [
+                Query(
+                    "sum by (node, map) (rate(wattprobe_ebpf_map_evictions_total"
+                    + sel()
+                    + "[$__rate_interval]))",
+                    "{{node}} {{map}}",
+                )
+            ],
+            "ops",
+            width=24,
+        ),
+    )
+    return dashboard(
+        uid="wattprobe-exporter-health",
+        title="wattprobe / Exporter health",
+        description="Scrape targets, sources up per node, collect and scrape durations, eBPF.",
+        tags=TAGS,
+        variables=[
+            datasource_variable(),
+            _cluster_variable(settings),
+            _node_variable(settings),
+        ],
+        layout=lay,
+    )
+
+
+DASHBOARDS = {
+    "cluster-power.json": cluster_power,
+    "pod-power.json": pod_power,
+    "gpu-fleet.json": gpu_fleet,
+    "exporter-health.json": exporter_health,
+}
+
+
+def build_all(settings: Settings) -> dict[str, JSON]:
+    return {name: build(settings) for name, build in DASHBOARDS.items()}

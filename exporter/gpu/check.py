@@ -1,0 +1,75 @@
+"""What `wattprobe check` says about NVML: driver and GPUs found, or why not and how to fix it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from exporter.gpu.readings import GpuReading, NvmlReading
+from exporter.readings import ABSENT, SourceError
+from exporter.sources.nvml import NvmlSource
+
+MOUNT_LIBRARIES = (
+    "make the driver's user-space libraries visible: with the NVIDIA container toolkit set "
+    "NVIDIA_VISIBLE_DEVICES=all and NVIDIA_DRIVER_CAPABILITIES=utility (or use the nvidia "
+    "runtimeClass); otherwise mount the host's libnvidia-ml.so.1 and set LD_LIBRARY_PATH"
+)
+FIXES = {
+    ABSENT: "no NVIDIA driver on this node: nothing to fix unless it has NVIDIA GPUs "
+    "(then install the NVIDIA driver, e.g. through the GPU operator)",
+    "library not found": MOUNT_LIBRARIES,
+    "driver not loaded": "load the NVIDIA kernel driver (install the NVIDIA driver or let the "
+    "GPU operator's driver pod finish), then restart wattprobe",
+    "permission denied": "run privileged or give the container the /dev/nvidia* devices "
+    "(NVIDIA_VISIBLE_DEVICES=all)",
+    "driver/library mismatch": "the mounted libnvidia-ml.so.1 is not the loaded driver's "
+    "version: mount the host's driver libraries (after a driver upgrade, reboot or reload)",
+}
+
+
+@dataclass(frozen=True)
+class NvmlCheck:
+    ok: bool
+    found: str = ""
+    reason: str = ""
+    fix: str = ""
+
+
+def describe_gpu(gpu: GpuReading) -> str:
+    """A GPU without its index: "NVIDIA H100 80GB HBM3 (MIG off)"."""
+    if gpu.lost:
+        return f"LOST {gpu.uuid}"
+    mig = {True: "MIG on", False: "MIG off", None: "MIG n/a"}[gpu.mig_enabled]
+    extra = f", {len(gpu.mig_instances)} MIG devices" if gpu.mig_instances else ""
+    energy = "" if gpu.energy_mj is not None else ", no energy counter: power integrated"
+    return f"{gpu.name} ({mig}{extra}{energy})"
+
+
+def describe(reading: NvmlReading) -> str:
+    """Driver versions and GPUs, runs of alike GPUs folded: "0-7 NVIDIA H100 ... (MIG off)"."""
+    runs: list[tuple[int, int, str]] = []
+    for gpu in reading.gpus:
+        text = describe_gpu(gpu)
+        if runs and runs[-1][2] == text and runs[-1][1] == gpu.index - 1:
+            runs[-1] = (runs[-1][0], gpu.index, text)
+        else:
+            runs.append((gpu.index, gpu.index, text))
+    gpus = "; ".join(f"{a}-{b} {t}" if a != b else f"{a} {t}" for a, b, t in runs)
+    xid = ""
+    if reading.xid_watch is not None and not reading.xid_watch.up:
+        xid = f"; XID events not watched: {reading.xid_watch.reason}"
+    return (
+        f"driver {reading.driver_version}, NVML {reading.nvml_version}, "
+        f"CUDA {reading.cuda_version}; {len(reading.gpus)} GPUs: {gpus}{xid}"
+    )
+
+
+def check_nvml(procfs: Path) -> NvmlCheck:
+    source = NvmlSource(procfs)
+    try:
+        reading = source.read()
+    except SourceError as exc:
+        return NvmlCheck(False, reason=f"{exc.reason}: {exc.detail}", fix=FIXES.get(exc.reason, ""))
+    finally:
+        source.close()
+    return NvmlCheck(True, found=describe(reading))

@@ -1,0 +1,107 @@
+"""What the NVML source returns: plain frozen readings in base units, nothing about Prometheus.
+
+A field is None when the GPU does not support it or the call failed this interval; the source
+decides which (see exporter/sources/nvml.py). Energy stays an integer millijoule counter so that
+deltas are exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+COMPUTE = "compute"
+GRAPHICS = "graphics"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A process with a context on a GPU (or on one MIG device of it)."""
+
+    pid: int  # as NVML reports it: a PID in the exporter's PID namespace (the host's with hostPID)
+    used_memory_bytes: int | None  # None: NVML does not tell (e.g. MIG without privileges)
+    kind: str = COMPUTE  # compute or graphics
+    gpu_instance: int | None = None  # MIG ids; None outside MIG
+    compute_instance: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessUtilization:
+    """A process's SM and memory-controller use over the samples since the last read.
+
+    sm_percent sums the per-sample percentages: proportional to the SM time the process got in
+    the interval when samples are evenly spaced, which is all a share needs.
+    """
+
+    pid: int
+    sm_percent: float
+    memory_percent: float
+    samples: int
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstanceReading:
+    """One MIG device (a compute instance inside a GPU instance)."""
+
+    uuid: str  # MIG-...; what the device plugin and PodResources name
+    name: str  # e.g. "NVIDIA A100-SXM4-40GB MIG 3g.20gb"
+    gpu_instance: int
+    compute_instance: int
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    processes: tuple[GpuProcess, ...] = ()
+
+    @property
+    def profile(self) -> str:
+        """The MIG profile from the device name ("3g.20gb"), or "" when the name has none."""
+        _, sep, tail = self.name.rpartition("MIG ")
+        return tail.strip() if sep else ""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """One physical GPU at one instant."""
+
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str
+    lost: bool = False  # NVML said GPU_IS_LOST (or reset required): nothing else was read
+    mig_enabled: bool | None = None
+    utilization_ratio: float | None = None
+    memory_utilization_ratio: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    memory_reserved_bytes: int | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    energy_mj: int | None = None  # total energy since the driver loaded (Volta and newer)
+    sm_clock_hz: float | None = None
+    memory_clock_hz: float | None = None
+    clock_event_reasons: int | None = None  # nvmlClocksEventReason* bitmask
+    pcie_replays: int | None = None
+    ecc_corrected: int | None = None  # volatile: since the driver loaded
+    ecc_uncorrected: int | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    # None: per-process utilization is unavailable (unsupported, MIG); () means no samples
+    process_utilization: tuple[ProcessUtilization, ...] | None = None
+    mig_instances: tuple[MigInstanceReading, ...] = ()
+    xid_errors: tuple[tuple[int, int], ...] = ()  # (xid, count) since start, cumulative
+
+
+@dataclass(frozen=True, slots=True)
+class XidWatch:
+    """Whether XID events are being watched, and why not."""
+
+    up: bool
+    reason: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlReading:
+    driver_version: str
+    nvml_version: str
+    cuda_version: str  # "12.4"
+    gpus: tuple[GpuReading, ...]
+    xid_watch: XidWatch | None = None

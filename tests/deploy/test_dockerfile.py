@@ -1,0 +1,222 @@
+"""deploy/Dockerfile, checked as far as a machine without a container engine allows: its stages,
+that every apt package it installs exists in Debian 12, that every COPY source exists and is
+not excluded from the build context, that each RUN parses as shell, that the wheel builds from
+exactly the files it copies and carries the console script the ENTRYPOINT runs, and that the
+image version, the manifests' tag and exporter.__version__ agree."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from dataclasses import dataclass
+from fnmatch import fnmatch
+from pathlib import Path
+
+import pytest
+
+from exporter import __version__
+from tests.deploy.manifests import DEPLOY, IMAGE_REPOSITORY, REPO
+from tests.realparts import missing, require_binary
+
+DOCKERFILE = DEPLOY / "Dockerfile"
+IGNORE = DEPLOY / "Dockerfile.dockerignore"
+
+
+@dataclass(frozen=True)
+class Instruction:
+    stage: int
+    op: str
+    args: str
+
+
+def _instructions() -> list[Instruction]:
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    result: list[Instruction] = []
+    stage = -1
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        op, _, args = line.partition(" ")
+        if op.upper() == "FROM":
+            stage += 1
+        result.append(Instruction(stage, op.upper(), args.strip()))
+    return result
+
+
+def _args_defaults() -> dict[str, str]:
+    return {
+        name: value
+        for i in _instructions()
+        if i.op == "ARG" and "=" in i.args
+        for name, _, value in [i.args.partition("=")]
+    }
+
+
+def _stages() -> list[tuple[str, str | None]]:
+    """(base image, stage name) per FROM, with ARG defaults substituted."""
+    defaults = _args_defaults()
+    stages = []
+    for i in _instructions():
+        if i.op == "FROM":
+            words = i.args.split()
+            image = re.sub(r"\$\{(\w+)\}", lambda m: defaults[m.group(1)], words[0])
+            stages.append((image, words[2] if len(words) == 3 else None))
+    return stages
+
+
+def _apt_packages() -> list[str]:
+    pkgs: list[str] = []
+    for i in _instructions():
+        if i.op != "RUN":
+            continue
+        for command in i.args.split("&&"):
+            if "apt-get install" not in command:
+                continue
+            words = shlex.split(command)
+            if words[:2] == ["apt-get", "install"]:
+                pkgs += [w for w in words[2:] if not w.startswith("-")]
+    return pkgs
+
+
+def _ignored(rel: str) -> bool:
+    """Docker's .dockerignore semantics, enough for our file: last matching pattern wins."""
+    ignored = False
+    for raw in IGNORE.read_text().splitlines():
+        pattern = raw.strip()
+        if not pattern or pattern.startswith("#"):
+            continue
+        negate = pattern.startswith("!")
+        pattern = pattern.removeprefix("!").rstrip("/")
+        parts = rel.split("/")
+        prefixes = ["/".join(parts[: n + 1]) for n in range(len(parts))]
+        if any(fnmatch(p, pattern) for p in prefixes) or fnmatch(rel, pattern):
+            ignored = not negate
+    return ignored
+
+
+def test_stages_are_debian_bookworm_and_multi_stage() -> None:
+    stages = _stages()
+    assert len(stages) >= 2, "build the wheel in its own stage"
+    for image, _name in stages:
+        assert image == "debian:bookworm-slim", image
+    names = {name for _, name in stages if name}
+    for i in _instructions():
+        if i.op == "COPY" and "--from=" in i.args:
+            source = re.search(r"--from=(\S+)", i.args)
+            assert source and source.group(1) in names, i.args
+
+
+def test_every_apt_package_exists_in_bookworm() -> None:
+    apt_cache = require_binary("apt-cache")
+    os_release = Path("/etc/os-release").read_text()
+    if "VERSION_CODENAME=bookworm" not in os_release:
+        missing("a Debian 12 (bookworm) machine to resolve the image's packages")
+    pkgs = _apt_packages()
+    assert {"python3", "python3-bpfcc", "linux-headers-amd64"} <= set(pkgs)
+    for pkg in pkgs:
+        proc = subprocess.run(
+            [apt_cache, "policy", pkg], capture_output=True, text=True, timeout=60, check=False
+        )
+        candidate = re.search(r"Candidate: (\S+)", proc.stdout)
+        if candidate is None and pkg == pkgs[0]:
+            missing("apt package lists (run apt-get update)")
+        assert candidate and candidate.group(1) != "(none)", f"{pkg} is not in Debian 12"
+
+
+def test_every_copy_source_exists_in_the_build_context() -> None:
+    checked = 0
+    for i in _instructions():
+        if i.op != "COPY" or "--from=" in i.args:
+            continue
+        words = [w for w in i.args.split() if not w.startswith("--")]
+        for source in words[:-1]:
+            path = REPO / source
+            assert path.exists(), f"COPY {source}: no such file"
+            files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+            for file in files:
+                rel = file.relative_to(REPO).as_posix()
+                if "__pycache__" not in rel:
+                    assert not _ignored(rel), f"{rel} is copied but excluded by {IGNORE.name}"
+            checked += 1
+    assert checked >= 4
+    assert _ignored(".venv/bin/python") and _ignored("tests/conftest.py")
+
+
+def test_run_steps_parse_as_shell() -> None:
+    sh = require_binary("sh")
+    for i in _instructions():
+        if i.op == "RUN":
+            proc = subprocess.run(
+                [sh, "-n", "-c", i.args], capture_output=True, text=True, timeout=30, check=False
+            )
+            assert proc.returncode == 0, f"RUN {i.args[:80]}...: {proc.stderr}"
+    for script in (DEPLOY / "image").glob("*.sh"):
+        assert subprocess.run([sh, "-n", str(script)], timeout=30, check=False).returncode == 0
+
+
+def test_entrypoint_runs_the_console_script_of_the_wheel(tmp_path: Path) -> None:
+    """Build the wheel offline from exactly what the Dockerfile copies, as its first stage does."""
+    context = tmp_path / "context"
+    for i in _instructions():
+        if i.op == "COPY" and i.stage == 0:
+            words = [w for w in i.args.split() if not w.startswith("--")]
+            for source in words[:-1]:
+                src = REPO / source
+                if src.is_dir():
+                    shutil.copytree(src, context / source, ignore=shutil.ignore_patterns("__py*"))
+                else:
+                    (context / source).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(src, context / source)
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"),
+            *("--wheel-dir", str(tmp_path / "dist"), str(context)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (wheel,) = (tmp_path / "dist").glob("wattprobe-*.whl")
+    assert wheel.name.startswith(f"wattprobe-{__version__}-")
+    with zipfile.ZipFile(wheel) as archive:
+        entry_points = next(n for n in archive.namelist() if n.endswith("entry_points.txt"))
+        assert "wattprobe = exporter.cli:main" in archive.read(entry_points).decode()
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["wattprobe"] == "exporter.cli:main"
+    # ENTRYPOINT is the wrapper, which execs the venv's console script
+    entrypoint = next(i.args for i in _instructions() if i.op == "ENTRYPOINT")
+    assert entrypoint == '["/usr/local/bin/wattprobe"]'
+    wrapper = (DEPLOY / "image" / "wattprobe-wrapper.sh").read_text()
+    assert "/opt/wattprobe/venv/bin/wattprobe" in wrapper
+    assert "COPY deploy/image/wattprobe-wrapper.sh /usr/local/bin/wattprobe" in (
+        DOCKERFILE.read_text()
+    )
+
+
+def test_generic_headers_land_where_the_wrapper_looks() -> None:
+    wrapper = (DEPLOY / "image" / "wattprobe-wrapper.sh").read_text()
+    default = re.search(r"WATTPROBE_GENERIC_HEADERS:-(\S+?)\}", wrapper)
+    assert default
+    assert f"merge-kernel-headers /usr/src {default.group(1)}" in DOCKERFILE.read_text()
+
+
+def test_versions_agree() -> None:
+    assert _args_defaults()["VERSION"] == __version__
+    assert f"{IMAGE_REPOSITORY}:{__version__}" in DOCKERFILE.read_text()
+    tags = re.findall(r"image: (\S+)", (DEPLOY / "base" / "agent" / "daemonset.yaml").read_text())
+    assert tags == [f"{IMAGE_REPOSITORY}:{__version__}"]
+
+
+@pytest.mark.parametrize("pattern", [":latest", "USER root", "USER 0"])
+def test_no_latest_tag_and_not_root_by_default(pattern: str) -> None:
+    assert pattern not in DOCKERFILE.read_text()
+    users = [i.args for i in _instructions() if i.op == "USER"]
+    assert users[-1] == "65534:65534"

@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from exporter.config import IdlePower, parse_duration, parse_listen_address
+from tests.conftest import StartExporter
+from tests.fixturehost import FixtureHost
+from tests.running import REPO
+
+
+def wattprobe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--interval", "5x"], "--interval"),
+        (["--web.listen-address", "nope"], "--web.listen-address"),
+        (["--power.idle", "package=lots"], "--power.idle"),
+        (["--attribution.idle", "everything"], "--attribution.idle"),
+        (["--web.telemetry-path", "metrics"], "--web.telemetry-path"),
+        (["--estimate.max-watts", "-3"], "--estimate.max-watts"),
+    ],
+)
+def test_bad_flag_value_is_one_line_naming_the_flag(args: list[str], flag: str) -> None:
+    result = wattprobe("serve", *args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert flag in lines[0] and "Traceback" not in result.stderr
+
+
+def test_env_vars_set_flags(host: FixtureHost, exporter: StartExporter) -> None:
+    proc = exporter(
+        *host.args(),
+        env={
+            "WATTPROBE_WEB_TELEMETRY_PATH": "/m",
+            "WATTPROBE_COLLECTOR_PROCESS": "true",
+            "WATTPROBE_INTERVAL": "200ms",
+        },
+    )
+    proc.wait_for("/readyz")
+    status, body = proc.get("/m")
+    assert status == 200, body
+    assert "wattprobe_process_energy_joules_total" in body
+    assert proc.get("/metrics")[0] == 404
+
+
+def test_check_on_fixture_tree_passes_and_reports_sources(host: FixtureHost) -> None:
+    result = wattprobe("check", "--json", *host.args())
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = {s["source"]: s for s in json.loads(result.stdout)["sources"]}
+    assert report["rapl"]["ok"] and "6 zones" in report["rapl"]["found"]
+    assert report["hwmon"]["ok"]
+    assert report["procfs"]["ok"] and "22 processes" in report["procfs"]["found"]
+    assert "standby" in report["estimate"]["found"]
+
+
+def test_check_fails_without_an_activity_source(host: FixtureHost) -> None:
+    result = wattprobe(
+        "check", "--path.sysfs", str(host.sysfs), "--path.procfs", str(host.root / "missing")
+    )
+    assert result.returncode == 1
+    assert "FAIL procfs" in result.stdout and "fix:" in result.stdout
+
+
+def test_parsers() -> None:
+    assert parse_duration("1m30s") == 90.0
+    assert parse_duration("250ms") == 0.25
+    assert parse_duration("7") == 7.0
+    assert parse_listen_address(":28390") == ("", 28390)
+    assert parse_listen_address("[::1]:9000") == ("::1", 9000)
+    idle = IdlePower.parse("package=20,dram=3.5,*=1")
+    assert (idle.for_zone("package"), idle.for_zone("dram"), idle.for_zone("gpu")) == (
+        20.0,
+        3.5,
+        1.0,
+    )
+    assert IdlePower.parse("auto").for_zone("package") is None
+    for bad in ("0s", "-1s", "1x", ""):
+        with pytest.raises(ValueError):
+            parse_duration(bad)
