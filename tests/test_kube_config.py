@@ -38,6 +38,10 @@ def test_auto_picks_the_kubelet_inside_a_cluster_only() -> None:
 def test_endpoint_defaults() -> None:
     assert kubelet_url(Config(node_name=""), {"NODE_IP": "10.0.0.11"}) == "https://10.0.0.11:10250"
     assert kubelet_url(Config(node_name=""), {"NODE_IP": "fd00::11"}) == "https://[fd00::11]:10250"
+    # the DaemonSet's HOST_IP (status.hostIP) before the node name, which pods rarely resolve
+    assert (
+        kubelet_url(Config(node_name="n1"), {"HOST_IP": "10.0.0.12"}) == "https://10.0.0.12:10250"
+    )
     assert kubelet_url(Config(node_name="node-1"), {}) == "https://node-1:10250"
     assert kubelet_url(Config(node_name=""), {}) == "https://127.0.0.1:10250"
     given = Config(kubelet_url="https://kubelet.example:10250")
@@ -181,3 +185,16 @@ def test_check_reports_the_pod_source_with_a_fix(host: FixtureHost) -> None:
     assert kubelet["reason"].startswith("unreachable:")
     assert "--kube.kubelet-url" in kubelet["fix"]
     assert result.returncode == 0  # names are not needed to measure: the exit status ignores them
+
+
+def test_metaserver_detection() -> None:
+    from exporter.workloads.apiserver import is_metaserver  # noqa: PLC0415
+    from exporter.workloads.kubeapi import Endpoint, KubeClient  # noqa: PLC0415
+
+    def client(url: str) -> KubeClient:
+        return KubeClient(Endpoint(url=url))
+
+    assert is_metaserver(client("http://127.0.0.1:10550"))
+    assert is_metaserver(client("https://127.0.0.1:10550"))  # requireAuthorization: https
+    assert not is_metaserver(client("https://10.96.0.1:443"))
+    assert not is_metaserver(client("https://127.0.0.1:6443"))  # a control plane's apiserver

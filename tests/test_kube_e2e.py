@@ -58,8 +58,8 @@ def all_named(samples: Samples) -> bool:
 def check_names(samples: Samples) -> None:
     for cid, (namespace, pod, container) in EXPECTED.items():
         rows = labels_of(samples, "wattprobe_container_cpu_seconds_total", container_id=cid)
-        assert rows == [
-            {"container_id": cid, "namespace": namespace, "pod": pod, "container": container}
+        assert [(r["namespace"], r["pod"], r["container"]) for r in rows] == [
+            (namespace, pod, container)
         ], cid
         energy = labels_of(samples, "wattprobe_container_energy_joules_total", container_id=cid)
         assert energy, f"no energy series for {cid}"
@@ -176,6 +176,7 @@ def test_outside_a_cluster_series_carry_ids(host: FixtureHost, exporter: StartEx
             "container series",
         )
     row = labels_of(samples, "wattprobe_container_cpu_seconds_total", container_id="a1" * 32)
-    assert row == [{"container_id": "a1" * 32, "container": "", "pod": "", "namespace": ""}]
+    assert [(r["namespace"], r["pod"], r["container"]) for r in row] == [("", "", "")]
+    assert row[0]["pod_uid"] == "5f1c3e2a-8b4d-4c6e-9f0a-1b2c3d4e5f60"  # IDs are always there
     assert source_up(samples, "kubelet") is None
     assert source_up(samples, "podresources") is None  # auto: no cluster, no socket

@@ -6,9 +6,10 @@ resourceVersion is too old: re-list. Any other failure: back off with jitter, th
 store is never left half-updated. RBAC: list and watch on pods, cluster-wide.
 
 KubeEdge edge nodes have no kubelet API; their edgecore serves the same list/watch on its
-MetaServer (http://127.0.0.1:10550, plain HTTP, no auth), which filters only on metadata.name and
-metadata.namespace. Over plain HTTP this source therefore sends no node field selector and no
-token; it always filters on spec.nodeName itself. If an endpoint cannot watch at all (404, 405,
+MetaServer (http://127.0.0.1:10550; https on the same port with its requireAuthorization gate),
+which filters only on metadata.name and metadata.namespace. To a MetaServer (plain HTTP, or the
+loopback port 10550) this source therefore sends no node field selector; it always filters on
+spec.nodeName itself. Tokens go over https only. If an endpoint cannot watch at all (404, 405,
 400, 501 on the watch request), the source falls back to listing every poll interval.
 """
 
@@ -33,6 +34,16 @@ PODS_PATH = "/api/v1/pods"
 PAGE_SIZE = 500
 # Answers to a watch request that mean "this endpoint cannot watch", not "try again".
 _CANNOT_WATCH = frozenset({"not found", "http 400", "http 405", "http 501"})
+
+
+METASERVER_PORT = 10550
+
+
+def is_metaserver(client: KubeClient) -> bool:
+    """KubeEdge's MetaServer: plain HTTP (no apiserver serves that any more), or its port on the
+    node's loopback (https with edgecore's requireAuthorization)."""
+    loopback = client.host in ("localhost", "::1") or client.host.startswith("127.")
+    return not client.https or (loopback and client.port == METASERVER_PORT)
 
 
 class ApiserverPodSource:
@@ -65,7 +76,7 @@ class ApiserverPodSource:
         self._clock = clock
         self._rng = rng or random.Random()  # noqa: S311 (jitter, not secrets)
         # MetaServer filters only on name and namespace: a node selector would hide every pod
-        self._server_side_filter = client.https
+        self._server_side_filter = not is_metaserver(client)
         self._status = StatusBox()
         self._worker = Worker(f"{SOURCE}-pods", self._run)
         self._cannot_watch = ""  # why this endpoint is polled instead of watched

@@ -76,10 +76,11 @@ def podresources_wanted(config: Config, mode: PodSource) -> bool:
 
 
 def kubelet_url(config: Config, environ: Mapping[str, str]) -> str:
-    """--kube.kubelet-url, else the node's IP (downward API NODE_IP), its name, or loopback."""
+    """--kube.kubelet-url, else the node's IP (NODE_IP or HOST_IP from the downward API's
+    status.hostIP: node names rarely resolve from pods), its name, or loopback."""
     if config.kubelet_url:
         return config.kubelet_url
-    host = environ.get("NODE_IP") or config.node_name or "127.0.0.1"
+    host = environ.get("NODE_IP") or environ.get("HOST_IP") or config.node_name or "127.0.0.1"
     if ":" in host:  # an IPv6 address
         host = f"[{host}]"
     return f"https://{host}:{KUBELET_PORT}"
