@@ -37,8 +37,8 @@ FIXES: dict[tuple[str, str], str] = {
     ("kubelet", "tls verify failed"): "the kubelet's certificate is not signed by --kube.ca-file "
     "(kubelets often serve self-signed certificates): enable serverTLSBootstrap, give the right "
     "--kube.ca-file, or opt in with --kube.insecure-skip-tls-verify",
-    ("kubelet", "unreachable"): "check --kube.kubelet-url: set NODE_IP from status.hostIP "
-    "(downward API) or run with hostNetwork so https://127.0.0.1:10250 works",
+    ("kubelet", "unreachable"): "check --kube.kubelet-url: set NODE_IP (or HOST_IP) from "
+    "status.hostIP (downward API) or run with hostNetwork so https://127.0.0.1:10250 works",
     ("kubelet", "timeout"): "the kubelet did not answer within --kube.timeout: check network "
     "policies and host firewalls for port 10250",
     ("apiserver", "unauthorized"): "the apiserver rejected the token: check --kube.token-file",

@@ -61,7 +61,9 @@ def measure(name: str) -> dict[str, int]:
     tmp = Path(tempfile.mkdtemp(prefix="wp-rss-"))
     host = FixtureHost.copy_of(FIXTURES, tmp / "host")
     with mode_args(name, host, tmp) as args, ticking(host):
-        exp = start_exporter([*host.args(), "--interval", "0.2s", *args], log_dir=tmp)
+        # procfs activity: the budget in question is the one without eBPF
+        run = [*host.args(), "--interval", "0.2s", "--activity-source", "procfs", *args]
+        exp = start_exporter(run, log_dir=tmp)
         try:
             for _ in range(INTERVALS):
                 exp.wait_next_interval()
