@@ -170,6 +170,10 @@ def run_checks(config: Config) -> list[CheckResult]:
         results.append(CheckResult("nvml", POWER, nvml.ok, nvml.found, nvml.reason, nvml.fix))
     else:
         results.append(_disabled("nvml", POWER))
+    # imported here: check_kube builds on CheckResult from this module
+    from exporter.check_kube import kube_checks  # noqa: PLC0415
+
+    results.extend(kube_checks(config))
     return results
 
 

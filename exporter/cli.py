@@ -20,6 +20,7 @@ import click
 
 from exporter import __version__
 from exporter.check import exit_status, run_checks
+from exporter.cli_kube import kube_options
 from exporter.config import (
     COLLECTOR_DEFAULTS,
     DEFAULT_PORT,
@@ -300,14 +301,7 @@ def cli() -> None:
     callback=_converter(parse_duration),
     help="how long series of terminated containers and processes stay",
 )
-@_option(
-    "--kube.pod-source",
-    "pod_source",
-    default="auto",
-    type=click.Choice([p.value for p in PodSource]),
-    help="where pod names come from: auto, none, kubelet, apiserver",
-)
-@_option("--kube.node-name", "node_name", default="", help="this node's name [default: $NODE_NAME]")
+@kube_options
 @web_options
 @source_options
 def serve(**kw: Any) -> None:
@@ -412,6 +406,7 @@ def _log_web_security(web: LiveWebConfig | None) -> None:
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+@kube_options
 @source_options
 def check(as_json: bool, **kw: Any) -> None:
     """Check every source on this machine; exit 0 when power and activity can be measured."""
