@@ -306,6 +306,7 @@ def test_kubeedge_adds_an_edge_agent_on_the_metaserver() -> None:
     assert pod["hostNetwork"] is True, "the MetaServer listens on the node's loopback"
     assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"
     assert PODRESOURCES_DIR not in _mounts(edge)
+    assert env["WATTPROBE_KUBE_PODRESOURCES_SOCKET"] == "none"  # not mounted: not polled
     assert not any(
         v.get("hostPath", {}).get("path") == PODRESOURCES_DIR for v in _volumes(edge).values()
     )
