@@ -16,6 +16,7 @@ from exporter.sources.hwmon import HwmonSource
 from exporter.sources.procfs import ProcfsSource
 from exporter.sources.rapl import FIX_PERMISSION, RaplSource
 from exporter.workloads.cgroup import classify_task
+from exporter.workloads.cgroupns import namespace_root
 
 POWER = "power"
 ACTIVITY = "activity"
@@ -106,7 +107,7 @@ def _ebpf(config: Config) -> CheckResult:
 
 def run_checks(config: Config) -> list[CheckResult]:
     results: list[CheckResult] = []
-    procfs = ProcfsSource(config.procfs)
+    procfs = ProcfsSource(config.procfs, namespace_root(config.cgroup_root))
     try:
         cpu = procfs.cpu_times()
         tasks = procfs.tasks()

@@ -18,6 +18,7 @@ from exporter.sources.hwmon import HwmonSource
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.procfs import ProcfsSource
 from exporter.sources.rapl import RaplSource
+from exporter.workloads.cgroupns import namespace_root
 from exporter.workloads.gpus import NvmlDirectory
 from exporter.workloads.kube import KubeWorkloads
 
@@ -76,7 +77,7 @@ def activity_source(
 
 
 def build_monitor(config: Config) -> Monitor:
-    procfs = ProcfsSource(config.procfs)
+    procfs = ProcfsSource(config.procfs, namespace_root(config.cgroup_root))
     model = None
     if config.enabled("estimate"):
         model = partial(

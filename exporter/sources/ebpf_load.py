@@ -151,9 +151,13 @@ def find_tracefs(candidates: tuple[Path, ...] = TRACEFS_DIRS) -> Path:
     /sys/kernel/tracing; checking any other mount would not help it.
     """
     tracing, debug_tracing = candidates
-    path = debug_tracing if debug_tracing.exists() else tracing
-    if (path / "events" / "sched").is_dir():
-        return path
+    try:
+        path = debug_tracing if debug_tracing.exists() else tracing
+        if (path / "events" / "sched").is_dir():
+            return path
+    except PermissionError as exc:
+        # tracefs is root's, mode 0700: a non-root user needs CAP_DAC_READ_SEARCH to look in
+        raise SourceError(PERMISSION, f"cannot read tracefs: {exc}") from exc
     if path.is_dir():
         raise SourceError(NO_TRACEFS, f"tracefs is not mounted at {path} (no events/sched)")
     raise SourceError(NO_TRACEFS, f"no {tracing} or {debug_tracing}")
