@@ -274,6 +274,15 @@ def cli() -> None:
     help="attribution interval",
 )
 @_option(
+    "--source.timeout",
+    "source_timeout_s",
+    default="auto",
+    callback=_converter(lambda t: None if t.strip() in ("", "auto") else parse_duration(t)),
+    help="how long an interval waits for a source's read; a source that takes longer is "
+    "reported as timed out and not read again until its read returns [auto: half the "
+    "interval, at least 1s]",
+)
+@_option(
     "--power.idle",
     "power_idle",
     default="auto",

@@ -98,6 +98,7 @@ def build_monitor(config: Config) -> Monitor:
             attribution_zones=config.attribution_zones,
             with_processes=config.enabled("process"),
             retention_s=config.retention_s,
+            read_timeout_s=config.read_timeout_s,
         ),
         gpus=NvmlSource(config.procfs) if config.enabled("nvml") else None,
         startup_statuses=startup_statuses,
