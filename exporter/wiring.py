@@ -17,6 +17,7 @@ from exporter.sources.estimate import CpuPowerModel
 from exporter.sources.hwmon import HwmonSource
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.procfs import ProcfsSource
+from exporter.sources.procvis import VisibleProcfs
 from exporter.sources.rapl import RaplSource
 from exporter.workloads.cgroupns import namespace_root
 from exporter.workloads.gpus import NvmlDirectory
@@ -84,6 +85,8 @@ def build_monitor(config: Config) -> Monitor:
             CpuPowerModel.for_cpus, idle_w=config.estimate_idle_w, max_w=config.estimate_max_w
         )
     activity, startup_statuses = activity_source(config, procfs)
+    if activity is procfs:  # under hidepid, say so rather than bill our own processes alone
+        activity = VisibleProcfs(procfs.tasks, config.procfs)
     # pod names and GPU holders: background threads, started here, daemon (die with the process)
     kube = KubeWorkloads.from_config(config)
     kube.start()
