@@ -391,7 +391,10 @@ def run_server(config: Config, web: LiveWebConfig | None = None) -> None:
         config.telemetry_path,
         config.interval_s,
     )
-    stop.wait()
+    # Not a bare wait(): a signal that the kernel hands to another thread runs its Python
+    # handler only once the main thread wakes up, and a bare wait may never wake
+    while not stop.wait(1.0):
+        pass
     log.info("shutting down")
     server.shutdown()
     server.server_close()
