@@ -1,134 +1,319 @@
-"""`wattprobe check`: for each source, whether it works here, what it found, and how to fix it."""
+"""`wattprobe check`: for each source, whether it works here, what it found, and how to fix it.
+
+Every source has one entry in CHECKS: a SourceCheck naming the source, its kind and a probe.
+A probe reads the source once, the way the exporter would, and returns a Finding; the runner
+adds the name and kind, reports switched-off collectors as disabled and turns a probe's crash
+into a FAIL, so `check` never ends in a traceback. To check a new source, write a probe and
+append a SourceCheck (the JSON schema stays the same: docs/check.md).
+"""
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from pathlib import Path
 
 from exporter.config import Config
 from exporter.gpu.check import check_nvml
-from exporter.readings import ABSENT, EnergyReading, SourceError
+from exporter.readings import ABSENT, SourceError
 from exporter.sources.estimate import CpuPowerModel
-from exporter.sources.hwmon import HwmonSource
+from exporter.sources.hwmon import HwmonSource, discover_sensors
 from exporter.sources.procfs import ProcfsSource
-from exporter.sources.rapl import FIX_PERMISSION, RaplSource
+from exporter.sources.rapl import FIX_PERMISSION, RaplSource, discover_zones
 from exporter.workloads.cgroup import classify_task
 
+log = logging.getLogger(__name__)
+
+# kinds: the exit status needs one working power and one working activity source
 POWER = "power"
 ACTIVITY = "activity"
+METADATA = "metadata"  # names and owners (kubelet, PodResources): useful, not required
 
+# statuses, as in the JSON report
+OK = "ok"
+FAIL = "fail"
+ABSENT_STATUS = "absent"  # the node has no such hardware: not a fault (shown as n/a)
+DISABLED = "disabled"  # switched off with --no-collector.NAME
+
+MOUNT_SYSFS = "mount the host's /sys (read-only) and point --path.sysfs at it"
+MOUNT_PROCFS = "mount the host's /proc and point --path.procfs at it (hostPID in Kubernetes)"
 FIXES: dict[tuple[str, str], str] = {
-    (
-        "rapl",
-        ABSENT,
-    ): "no RAPL here (VMs, non-x86 boards): nothing to fix; hwmon or the estimate is used",
+    ("rapl", ABSENT): "no RAPL here (VMs, non-x86 boards): nothing to fix; hwmon or the estimate "
+    "is used",
     ("rapl", "permission denied"): FIX_PERMISSION,
-    (
-        "hwmon",
-        ABSENT,
-    ): "no hwmon power sensors: nothing to fix unless the board has some (load its driver)",
+    ("hwmon", ABSENT): "no hwmon power sensors: nothing to fix unless the board has some (load "
+    "its driver, e.g. acpi_power_meter or amdgpu)",
     ("hwmon", "permission denied"): "run as root or grant CAP_DAC_READ_SEARCH",
-    (
-        "procfs",
-        "read error",
-    ): "mount the host's /proc and point --path.procfs at it (hostPID in Kubernetes)",
+    ("procfs", "read error"): MOUNT_PROCFS,
 }
+FIX_RAPL_VM = (
+    "this is a virtual machine: hypervisors rarely pass RAPL through, nothing to fix here; "
+    "the estimate (or hwmon) is used"
+)
+FIX_RAPL_BARE_METAL = (
+    "x86 bare metal has RAPL: load its driver with `modprobe intel_rapl_msr` (AMD Zen needs "
+    "Linux 5.8 or newer), then check that /sys/class/powercap/intel-rapl:0 appears"
+)
+INIT_COMMS = ("systemd", "init")
 
 
 @dataclass(frozen=True)
 class CheckResult:
+    """One source's entry in the report."""
+
     source: str
-    kind: str  # power or activity
+    kind: str  # power, activity or metadata
     ok: bool
-    found: str = ""
-    reason: str = ""
-    fix: str = ""
+    found: str = ""  # one line: what works
+    reason: str = ""  # short, as wattprobe_source_up's reason label ("" when ok)
+    fix: str = ""  # what to do about it (for an absent source: a hint, usually nothing to do)
     disabled: bool = False
+    absent: bool = False
+    detail: str = ""  # the full explanation of a failure
+    items: tuple[str, ...] = ()  # what was found, one per line: zones, sensors, GPUs, pods
+
+    @property
+    def status(self) -> str:
+        if self.ok:
+            return OK
+        if self.disabled:
+            return DISABLED
+        return ABSENT_STATUS if self.absent else FAIL
 
     def as_dict(self) -> dict[str, object]:
-        return asdict(self)
+        """The entry in `check --json` (docs/check.md)."""
+        return {
+            "source": self.source,
+            "kind": self.kind,
+            "status": self.status,
+            "ok": self.ok,
+            "found": self.found,
+            "items": list(self.items),
+            "reason": self.reason,
+            "detail": self.detail,
+            "fix": self.fix,
+        }
 
 
-def _power(source: str, read: Callable[[], Sequence[EnergyReading]]) -> CheckResult:
-    try:
-        readings = read()
-    except SourceError as exc:
-        fix = FIXES.get((source, exc.reason), "")
-        return CheckResult(source, POWER, False, reason=f"{exc.reason}: {exc.detail}", fix=fix)
-    found = ", ".join(f"{r.zone} ({r.device})" for r in readings)
-    return CheckResult(source, POWER, True, found=f"{len(readings)} zones: {found}")
+@dataclass(frozen=True)
+class Finding:
+    """What a probe found: a CheckResult without the source's name and kind."""
+
+    ok: bool
+    found: str = ""
+    items: tuple[str, ...] = ()
+    reason: str = ""
+    detail: str = ""
+    fix: str = ""
+    absent: bool = False
+
+    @classmethod
+    def works(cls, found: str, items: Sequence[str] = ()) -> Finding:
+        return cls(True, found=found, items=tuple(items))
+
+    @classmethod
+    def failed(cls, exc: SourceError, fix: str = "") -> Finding:
+        return cls(
+            False, reason=exc.reason, detail=exc.detail, fix=fix, absent=exc.reason == ABSENT
+        )
 
 
-def _disabled(source: str, kind: str) -> CheckResult:
-    return CheckResult(
-        source, kind, False, reason="disabled", fix=f"--collector.{source} to enable", disabled=True
-    )
+# A probe gets the configuration and the results of the checks before it.
+Probe = Callable[[Config, Sequence[CheckResult]], Finding]
 
 
-def run_checks(config: Config) -> list[CheckResult]:
-    results: list[CheckResult] = []
+@dataclass(frozen=True)
+class SourceCheck:
+    source: str
+    kind: str
+    probe: Probe
+    collector: str | None = None  # the --collector.NAME that switches it; None: always on
+
+
+# -- probes ------------------------------------------------------------------------------
+
+
+def probe_procfs(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
     procfs = ProcfsSource(config.procfs)
     try:
         cpu = procfs.cpu_times()
         tasks = procfs.tasks()
-        in_containers = sum(
-            1 for t in tasks if classify_task(t.cgroup, t.kernel_thread).container_id
-        )
-        results.append(
-            CheckResult(
-                "procfs",
-                ACTIVITY,
-                True,
-                found=f"{cpu.ncpu} CPUs, {len(tasks)} processes, {in_containers} in containers",
-            )
-        )
     except SourceError as exc:
-        cpu = None
-        results.append(
-            CheckResult(
-                "procfs",
-                ACTIVITY,
-                False,
-                reason=f"{exc.reason}: {exc.detail}",
-                fix=FIXES.get(("procfs", exc.reason), ""),
-            )
+        return Finding.failed(exc, FIXES[("procfs", "read error")])
+    refs = [classify_task(t.cgroup, t.kernel_thread) for t in tasks]
+    in_containers = sum(1 for r in refs if r.container_id)
+    pods = Counter(r.pod_uid for r in refs if r.pod_uid)
+    found = (
+        f"{cpu.ncpu} CPUs, {len(tasks)} processes, {in_containers} in containers "
+        f"({len(pods)} pods)"
+    )
+    init = next((t.comm for t in tasks if t.pid == 1), "")
+    if not in_containers and init and init not in INIT_COMMS:
+        # PID 1 is not an init system: most likely a container's own /proc
+        found += (
+            f"; PID 1 is {init!r}, so this may be a container's own /proc: "
+            "for the host's processes use hostPID and --path.procfs"
         )
-    for name, factory in (("rapl", RaplSource), ("hwmon", HwmonSource)):
-        if config.enabled(name):
-            results.append(_power(name, factory(config.sysfs).read))
-        else:
-            results.append(_disabled(name, POWER))
-    measured = any(r.ok for r in results if r.kind == POWER)
-    if not config.enabled("estimate"):
-        results.append(_disabled("estimate", POWER))
-    elif cpu is None:
-        results.append(
-            CheckResult(
-                "estimate",
-                POWER,
-                False,
-                reason="needs /proc/stat",
-                fix=FIXES[("procfs", "read error")],
-            )
+    items = [f"pod {uid}: {_plural(n, 'process', 'processes')}" for uid, n in sorted(pods.items())]
+    return Finding.works(found, items)
+
+
+def _sysfs_class(config: Config, name: str) -> Finding | None:
+    """A FAIL when <sysfs>/class itself is missing: a wrong flag or mount, not absent hardware."""
+    path = config.sysfs / "class"
+    if path.is_dir():
+        return None
+    return Finding(
+        False,
+        reason="no sysfs",
+        detail=f"{path} does not exist, so no {name} can be found",
+        fix=MOUNT_SYSFS,
+    )
+
+
+def _is_virtual_machine(procfs: Path) -> bool | None:
+    """From the cpuinfo flags: True in a VM, False on x86 bare metal, None when unknown."""
+    try:
+        text = (procfs / "cpuinfo").read_text(errors="replace")
+    except OSError:
+        return None
+    flags = next((line for line in text.splitlines() if line.startswith("flags")), None)
+    if flags is None:
+        return None  # not x86
+    return "hypervisor" in flags.split()
+
+
+def probe_rapl(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
+    missing = _sysfs_class(config, "RAPL zone")
+    if missing is not None:
+        return missing
+    source = RaplSource(config.sysfs)
+    try:
+        readings = source.read()
+    except SourceError as exc:
+        fix = FIXES.get(("rapl", exc.reason), "")
+        if exc.reason == ABSENT:
+            vm = _is_virtual_machine(config.procfs)
+            if vm is not None:
+                fix = FIX_RAPL_VM if vm else FIX_RAPL_BARE_METAL
+        return Finding.failed(exc, fix)
+    zones, duplicates = discover_zones(source.powercap)
+    read = {r.device for r in readings}
+    items = [
+        f"{z.zone} {z.device} ({z.name})"
+        + (f", wraps at {z.max_energy_uj / 1e6:.0f} J" if z.max_energy_uj else "")
+        + ("" if z.device in read else ": unreadable")
+        for z in zones
+    ]
+    items += [f"left out: {d}, the same counter as its MSR zone" for d in duplicates]
+    summary = ", ".join(f"{r.zone} ({r.device})" for r in readings)
+    return Finding.works(f"{len(readings)} zones: {summary}", items)
+
+
+def probe_hwmon(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
+    missing = _sysfs_class(config, "hwmon sensor")
+    if missing is not None:
+        return missing
+    source = HwmonSource(config.sysfs)
+    try:
+        readings = source.read()
+    except SourceError as exc:
+        return Finding.failed(exc, FIXES.get(("hwmon", exc.reason), ""))
+    read = {(r.zone, r.device) for r in readings}
+    items = [
+        f"{s.zone} ({s.device}, {s.kind} {'counter' if s.kind == 'energy' else 'reading'})"
+        + ("" if (s.zone, s.device) in read else ": unreadable")
+        for s in discover_sensors(source.hwmon_class)
+    ]
+    summary = ", ".join(f"{r.zone} ({r.device})" for r in readings)
+    return Finding.works(f"{len(readings)} sensors: {summary}", items)
+
+
+def probe_estimate(config: Config, earlier: Sequence[CheckResult]) -> Finding:
+    try:
+        cpu = ProcfsSource(config.procfs).cpu_times()
+    except SourceError as exc:
+        return Finding(
+            False, reason="needs /proc/stat", detail=exc.detail, fix=FIXES[("procfs", "read error")]
         )
-    else:
-        model = CpuPowerModel.for_cpus(cpu.ncpu, config.estimate_idle_w, config.estimate_max_w)
-        use = (
-            "standby: measured power is available" if measured else "in use: no power sensor found"
+    model = CpuPowerModel.for_cpus(cpu.ncpu, config.estimate_idle_w, config.estimate_max_w)
+    measured = any(r.ok for r in earlier if r.kind == POWER)
+    use = "standby: measured power is available" if measured else "in use: no power sensor found"
+    return Finding.works(f"{use}; model {model.idle_w:g} W idle .. {model.max_w:g} W busy")
+
+
+def probe_nvml(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
+    nvml = check_nvml(config.procfs)
+    if nvml.ok:
+        return Finding.works(nvml.found, nvml.items)
+    return Finding(
+        False,
+        reason=nvml.code,
+        detail=nvml.detail,
+        fix=nvml.fix,
+        absent=nvml.code == ABSENT,
+    )
+
+
+# The checks in report order. Sources that other parts add (eBPF, kubelet, apiserver,
+# PodResources) append a SourceCheck here.
+CHECKS: tuple[SourceCheck, ...] = (
+    SourceCheck("procfs", ACTIVITY, probe_procfs),
+    SourceCheck("rapl", POWER, probe_rapl, collector="rapl"),
+    SourceCheck("hwmon", POWER, probe_hwmon, collector="hwmon"),
+    SourceCheck("estimate", POWER, probe_estimate, collector="estimate"),
+    SourceCheck("nvml", POWER, probe_nvml, collector="nvml"),
+)
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+# -- running -----------------------------------------------------------------------------
+
+
+def run_one(check: SourceCheck, config: Config, earlier: Sequence[CheckResult]) -> CheckResult:
+    if check.collector is not None and not config.enabled(check.collector):
+        return CheckResult(
+            check.source,
+            check.kind,
+            False,
+            reason="disabled",
+            fix=f"--collector.{check.collector} to enable",
+            disabled=True,
         )
-        results.append(
-            CheckResult(
-                "estimate",
-                POWER,
-                True,
-                found=f"{use}; model {model.idle_w:g} W idle .. {model.max_w:g} W busy",
-            )
+    try:
+        f = check.probe(config, earlier)
+    except Exception as exc:  # a check must report, never crash
+        log.debug("check %s crashed", check.source, exc_info=True)
+        return CheckResult(
+            check.source,
+            check.kind,
+            False,
+            reason="internal error",
+            detail=f"{type(exc).__name__}: {exc}",
+            fix="a wattprobe bug: please report it with `wattprobe check --log.level debug` output",
         )
-    if config.enabled("nvml"):
-        nvml = check_nvml(config.procfs)
-        results.append(CheckResult("nvml", POWER, nvml.ok, nvml.found, nvml.reason, nvml.fix))
-    else:
-        results.append(_disabled("nvml", POWER))
+    return CheckResult(
+        check.source,
+        check.kind,
+        f.ok,
+        found=f.found,
+        reason=f.reason,
+        fix=f.fix,
+        absent=f.absent,
+        detail=f.detail,
+        items=f.items,
+    )
+
+
+def run_checks(config: Config, checks: Sequence[SourceCheck] = CHECKS) -> list[CheckResult]:
+    results: list[CheckResult] = []
+    for check in checks:
+        results.append(run_one(check, config, tuple(results)))
     return results
 
 

@@ -20,6 +20,7 @@ import click
 
 from exporter import __version__
 from exporter.check import exit_status, run_checks
+from exporter.check_report import report, text_lines
 from exporter.config import (
     COLLECTOR_DEFAULTS,
     DEFAULT_PORT,
@@ -31,6 +32,7 @@ from exporter.config import (
     parse_duration,
     parse_listen_address,
 )
+from exporter.progress import progress_for
 from exporter.server import Health, make_server
 from exporter.wiring import build_monitor
 
@@ -235,14 +237,18 @@ def serve(**kw: Any) -> None:
 
 
 def run_server(config: Config) -> None:
-    monitor = build_monitor(config)
+    progress = progress_for()
+    monitor = build_monitor(config, progress)
     stop = threading.Event()
     last_step = [time.monotonic()]
 
+    def stepped() -> None:
+        last_step[0] = time.monotonic()
+        if progress.active and monitor.snapshot.ready:
+            progress.end("ready")
+
     def loop() -> None:
-        monitor.run(
-            config.interval_s, stop, on_step=lambda: last_step.__setitem__(0, time.monotonic())
-        )
+        monitor.run(config.interval_s, stop, on_step=stepped)
 
     loop_thread = threading.Thread(target=loop, name="monitor", daemon=True)
     stall_after = max(3 * config.interval_s, 30.0)
@@ -260,6 +266,8 @@ def run_server(config: Config) -> None:
     host, port = server.server_address[:2]
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    # the first interval only sets baselines: /metrics has energy after the second
+    progress.begin("measuring the first interval", expected_s=config.interval_s)
     loop_thread.start()
     server_thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     server_thread.start()
@@ -272,6 +280,7 @@ def run_server(config: Config) -> None:
         config.interval_s,
     )
     stop.wait()
+    progress.close()
     log.info("shutting down")
     server.shutdown()
     server.server_close()
@@ -280,24 +289,23 @@ def run_server(config: Config) -> None:
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON (docs/check.md)")
 @source_options
 def check(as_json: bool, **kw: Any) -> None:
-    """Check every source on this machine; exit 0 when power and activity can be measured."""
+    """Check every source on this machine: what works, what it found, how to fix the rest.
+
+    Exit status: 0 when at least one power source and one activity source work, 1 when not,
+    2 on a usage error (a bad flag or value).
+    """
     config = _config(**kw)
     _setup_logging("error" if config.log_level == "info" else config.log_level)
     results = run_checks(config)
     status = exit_status(results)
     if as_json:
-        click.echo(
-            json.dumps({"ok": status == 0, "sources": [r.as_dict() for r in results]}, indent=2)
-        )
+        click.echo(json.dumps(report(results), indent=2))
     else:
-        for r in results:
-            mark = "OK  " if r.ok else ("off " if r.disabled else "FAIL")
-            click.echo(f"{mark} {r.source:<10} {r.found or r.reason}")
-            if r.fix and not r.ok:
-                click.echo(f"     {'':<10} fix: {r.fix}")
+        for line in text_lines(results):
+            click.echo(line)
     sys.exit(status)
 
 

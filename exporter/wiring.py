@@ -8,6 +8,7 @@ from functools import partial
 from exporter.config import ActivitySource as ActivityChoice
 from exporter.config import Config
 from exporter.monitor import ActivitySource, Monitor, MonitorSettings, PowerSource
+from exporter.progress import Progress
 from exporter.sources.estimate import CpuPowerModel
 from exporter.sources.hwmon import HwmonSource
 from exporter.sources.nvml import NvmlSource
@@ -32,7 +33,9 @@ def activity_source(config: Config, procfs: ProcfsSource) -> ActivitySource:
     return procfs
 
 
-def build_monitor(config: Config) -> Monitor:
+def build_monitor(config: Config, progress: Progress | None = None) -> Monitor:
+    """progress: where slow start-up work reports what it waits for, e.g.
+    `with progress.step("compiling eBPF programs"): ...` (None: plain log lines)."""
     procfs = ProcfsSource(config.procfs)
     model = None
     if config.enabled("estimate"):
