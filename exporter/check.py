@@ -146,8 +146,7 @@ def probe_procfs(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
     in_containers = sum(1 for r in refs if r.container_id)
     pods = Counter(r.pod_uid for r in refs if r.pod_uid)
     found = (
-        f"{cpu.ncpu} CPUs, {len(tasks)} processes, {in_containers} in containers "
-        f"({len(pods)} pods)"
+        f"{cpu.ncpu} CPUs, {len(tasks)} processes, {in_containers} in containers ({len(pods)} pods)"
     )
     init = next((t.comm for t in tasks if t.pid == 1), "")
     if not in_containers and init and init not in INIT_COMMS:

@@ -1,4 +1,4 @@
-"""Command line: `wattprobe serve`, `wattprobe check`.
+"""Command line: `wattprobe serve`, `wattprobe check`, `wattprobe top`.
 
 Every flag also reads WATTPROBE_<NAME> (dots and dashes become underscores), e.g.
 --web.listen-address <- WATTPROBE_WEB_LISTEN_ADDRESS.
@@ -306,6 +306,77 @@ def check(as_json: bool, **kw: Any) -> None:
     else:
         for line in text_lines(results):
             click.echo(line)
+    sys.exit(status)
+
+
+def attribution_options(func: F) -> F:
+    """How energy is split: for `top`, which measures the way `serve` does."""
+    opts = [
+        _option(
+            "--power.idle",
+            "power_idle",
+            default="auto",
+            callback=_converter(IdlePower.parse),
+            help="idle power per zone: auto (learned), WATTS, or ZONE=WATTS,...",
+        ),
+        _option(
+            "--attribution.idle",
+            "attribution_idle",
+            default="none",
+            type=click.Choice([a.value for a in IdleAttribution]),
+            help="idle energy: none (stays on the node), requests, activity",
+        ),
+        _option(
+            "--attribution.zones",
+            "attribution_zones",
+            default="",
+            callback=_converter(_zone_list),
+            help="zones split among workloads [default: package,dram with RAPL; else hwmon or "
+            "estimate]",
+        ),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
+@cli.command()
+@_option(
+    "--from",
+    "from_url",
+    default=None,
+    metavar="URL",
+    help="read a running exporter's /metrics (e.g. http://NODE:28390) instead of measuring here",
+)
+@_option(
+    "--interval",
+    "interval_s",
+    default=None,
+    callback=_converter(parse_duration),
+    help="measuring interval [default: 2s]; with --from, how often to read [default: 1s]",
+)
+@click.option("--once", is_flag=True, help="print one screen after the first interval and exit")
+@attribution_options
+@source_options
+def top(from_url: str | None, interval_s: float | None, once: bool, **kw: Any) -> None:
+    """Live view: node power by zone, GPUs, and the pods drawing the most CPU and GPU power.
+
+    Keys: c / g / n sort by CPU power, GPU power, name; v pods or containers; q quits.
+    Without a terminal (or with --once) screens are printed one after another.
+    """
+    from exporter.top.command import TopError, metrics_url, run_top  # noqa: PLC0415 (rich loads only here)
+
+    if from_url is not None:
+        try:
+            from_url = metrics_url(from_url)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--from'") from None
+    config = _config(**kw)
+    _setup_logging("warn" if config.log_level == "info" else config.log_level)
+    try:
+        status = run_top(config, from_url=from_url, interval_s=interval_s, once=once)
+    except TopError as exc:
+        raise click.ClickException(str(exc)) from None
     sys.exit(status)
 
 
