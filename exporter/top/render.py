@@ -20,6 +20,8 @@ from exporter.top.frame import Frame, Row, SortKey, View, ZonePower, sort_rows
 from exporter.top.scrape import GpuState, SourceState
 
 MIN_WORKLOAD_ROWS = 5
+# widths of the workload table's columns after the name: namespace, CPU W, GPU W, CPUS, GPUS
+WORKLOAD_COLUMNS = (14, 7, 7, 5, 6)
 MAX_ZONE_LINES = 4
 ZONES_PER_LINE = 2
 GIB = 2**30
@@ -50,12 +52,21 @@ def _table(width: int) -> Table:
     return Table(
         box=None,
         padding=(0, 1),
+        collapse_padding=True,  # one space between columns
         pad_edge=False,
         show_edge=False,
         expand=True,
         width=width,
         header_style="bold reverse",
     )
+
+
+def middle_ellipsis(text: str, width: int) -> str:
+    """Cut in the middle: generated pod names differ at their end ("web-7d9f8-xk2p4")."""
+    if len(text) <= width:
+        return text
+    tail = (width - 1) // 2
+    return text[: width - 1 - tail] + "\u2026" + text[len(text) - tail :]
 
 
 def _watts(w: float | None) -> str:
@@ -170,7 +181,8 @@ def workload_section(
     if frame is not None and frame.cpu_zones:
         title.append(f"   CPU W = {'+'.join(frame.cpu_zones)} (active energy)", style="dim")
     table = _table(width)
-    table.add_column(noun[:-1], ratio=1, no_wrap=True, overflow="ellipsis")
+    name_width = max(width - sum(WORKLOAD_COLUMNS) - len(WORKLOAD_COLUMNS), 8)
+    table.add_column(noun[:-1], width=name_width, no_wrap=True, overflow="ellipsis")
     table.add_column("NAMESPACE", width=14, no_wrap=True, overflow="ellipsis")
     table.add_column("CPU W", width=7, justify="right", no_wrap=True)
     table.add_column("GPU W", width=7, justify="right", no_wrap=True)
@@ -180,7 +192,7 @@ def workload_section(
     shown = ordered[:rows] if len(ordered) <= rows else ordered[: max(rows - 1, 0)]
     for r in shown:
         table.add_row(
-            r.name,
+            middle_ellipsis(r.name, name_width),
             r.namespace or "-",
             _watts(r.cpu_w),
             _watts(r.gpu_w) if r.gpus or r.gpu_w else "-",
