@@ -14,6 +14,7 @@ import time
 import pytest
 
 from exporter.progress import Progress, TerminalProgress, progress_for
+from tests.conftest import StartExporter
 from tests.fixturehost import FixtureHost
 from tests.running import REPO, free_port
 
@@ -76,7 +77,7 @@ def test_a_log_record_clears_the_line_first() -> None:
     try:
         progress = progress_for(out)
         assert isinstance(progress, TerminalProgress)
-        progress._clock = clock  # type: ignore[attr-defined]
+        progress._clock = clock
         progress.begin("compiling eBPF programs")
         logging.getLogger("wattprobe.test").warning("headers from /lib/modules")
         progress._draw()  # within the quiet time after a record: no redraw
@@ -98,8 +99,10 @@ def test_serve_on_a_terminal_shows_the_first_interval_filling(host: FixtureHost)
     master, slave = pty.openpty()
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "serve", *host.args(), "--interval", "1.5s"]
-        + ["--web.listen-address", f"127.0.0.1:{port}"],
+        [
+            *(sys.executable, "-m", "exporter", "serve", *host.args(), "--interval", "1.5s"),
+            *("--web.listen-address", f"127.0.0.1:{port}"),
+        ],
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         stdout=slave,
@@ -128,7 +131,7 @@ def test_serve_on_a_terminal_shows_the_first_interval_filling(host: FixtureHost)
     assert "Traceback" not in text
 
 
-def test_serve_off_a_terminal_logs_plain_lines(host: FixtureHost, exporter) -> None:  # type: ignore[no-untyped-def]
+def test_serve_off_a_terminal_logs_plain_lines(host: FixtureHost, exporter: StartExporter) -> None:
     proc = exporter(*host.args(), "--interval", "0.3s")
     proc.wait_for("/readyz")
     deadline = time.monotonic() + 10

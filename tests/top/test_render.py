@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console, RenderableType
 
 from exporter.readings import SourceStatus
-from exporter.snapshot import NodeZoneEnergy
+from exporter.snapshot import ContainerCounters, NodeZoneEnergy
 from exporter.top.frame import Frame, SortKey, View, frame_between
 from exporter.top.render import MIN_WORKLOAD_ROWS, Screen, render
 from exporter.top.scrape import from_snapshot
@@ -31,7 +31,7 @@ def make_frame(*, gpus: int, pods: int, zones: int, estimated: bool = False) -> 
             for i in range(zones)
         )
 
-    def workloads(scale: float) -> list:  # type: ignore[type-arg]
+    def workloads(scale: float) -> list[ContainerCounters]:
         return [
             container(
                 i,
@@ -75,12 +75,13 @@ def make_frame(*, gpus: int, pods: int, zones: int, estimated: bool = False) -> 
 
 
 SIZES = [(80, 24), (100, 30), (200, 60)]
+# (GPUs, pods, zones, estimated)
 NODES = [
-    {"gpus": 0, "pods": 3, "zones": 1},
-    {"gpus": 8, "pods": 40, "zones": 6},
-    {"gpus": 64, "pods": 300, "zones": 20},
-    {"gpus": 1, "pods": 0, "zones": 0},
-    {"gpus": 0, "pods": 2, "zones": 1, "estimated": True},
+    (0, 3, 1, False),
+    (8, 40, 6, False),
+    (64, 300, 20, False),
+    (1, 0, 0, False),
+    (0, 2, 1, True),
 ]
 
 
@@ -88,9 +89,10 @@ NODES = [
 @pytest.mark.parametrize("node", NODES)
 @pytest.mark.parametrize("problem", ["", "cannot read http://x/metrics: connection refused"])
 def test_screen_is_exactly_the_terminal_size(
-    width: int, height: int, node: dict[str, int], problem: str
+    width: int, height: int, node: tuple[int, int, int, bool], problem: str
 ) -> None:
-    frame = make_frame(**node)
+    gpus, pods, zones, estimated = node
+    frame = make_frame(gpus=gpus, pods=pods, zones=zones, estimated=estimated)
     screen = Screen("this node", problem=problem)
     lines = screen_lines(render(frame, screen, frame.sources, width, height), width, height)
     assert len(lines) == height, "\n".join(lines)
@@ -101,11 +103,11 @@ def test_screen_is_exactly_the_terminal_size(
     if problem:
         assert lines[-2] == problem
     text = "\n".join(lines)
-    if node["gpus"] > 8:
+    if gpus > 8:
         assert "more GPUs" in text  # GPUs were cut, and it says so
         pods_shown = [line for line in lines if "inference-server" in line]
-        assert len(pods_shown) >= min(node["pods"], MIN_WORKLOAD_ROWS) - 1
-    if node.get("estimated"):
+        assert len(pods_shown) >= min(pods, MIN_WORKLOAD_ROWS) - 1
+    if estimated:
         assert "ESTIMATED" in text
 
 
