@@ -48,6 +48,17 @@ FIXES: dict[tuple[str, str], str] = {
     ("hwmon", "permission denied"): "run as root or grant CAP_DAC_READ_SEARCH",
     ("procfs", "read error"): MOUNT_PROCFS,
 }
+# failures of a driver rather than of access: what to look at
+FIX_RAPL_DRIVER = (
+    "the powercap driver misbehaves: look for intel_rapl in `dmesg`, then reload it "
+    "(`modprobe -r intel_rapl_msr && modprobe intel_rapl_msr`)"
+)
+FIX_HWMON_DRIVER = "the sensor's driver misbehaves: look for its chip in `dmesg` and `sensors`"
+FIX_NVML_OTHER = (
+    "run `nvidia-smi` on the host: if it fails too, the driver needs attention (reload it or "
+    "reboot); if it works, mount the host's libnvidia-ml.so.1 into the container"
+)
+FIX_UNKNOWN = "rerun with --log.level debug and see docs/check.md"
 FIX_RAPL_VM = (
     "this is a virtual machine: hypervisors rarely pass RAPL through, nothing to fix here; "
     "the estimate (or hwmon) is used"
@@ -192,7 +203,7 @@ def probe_rapl(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
     try:
         readings = source.read()
     except SourceError as exc:
-        fix = FIXES.get(("rapl", exc.reason), "")
+        fix = FIXES.get(("rapl", exc.reason), FIX_RAPL_DRIVER)
         if exc.reason == ABSENT:
             vm = _is_virtual_machine(config.procfs)
             if vm is not None:
@@ -219,7 +230,7 @@ def probe_hwmon(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
     try:
         readings = source.read()
     except SourceError as exc:
-        return Finding.failed(exc, FIXES.get(("hwmon", exc.reason), ""))
+        return Finding.failed(exc, FIXES.get(("hwmon", exc.reason), FIX_HWMON_DRIVER))
     read = {(r.zone, r.device) for r in readings}
     items = [
         f"{s.zone} ({s.device}, {s.kind} {'counter' if s.kind == 'energy' else 'reading'})"
@@ -251,7 +262,7 @@ def probe_nvml(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
         False,
         reason=nvml.code,
         detail=nvml.detail,
-        fix=nvml.fix,
+        fix=nvml.fix or FIX_NVML_OTHER,
         absent=nvml.code == ABSENT,
     )
 
@@ -301,8 +312,8 @@ def run_one(check: SourceCheck, config: Config, earlier: Sequence[CheckResult]) 
         check.kind,
         f.ok,
         found=f.found,
-        reason=f.reason,
-        fix=f.fix,
+        reason=f.reason or ("" if f.ok else "failed"),
+        fix=f.fix or ("" if f.ok or f.absent else FIX_UNKNOWN),
         absent=f.absent,
         detail=f.detail,
         items=f.items,
