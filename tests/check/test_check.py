@@ -53,7 +53,7 @@ class Checked:
     text: str  # the same check's human output
 
     def source(self, name: str) -> dict[str, Any]:
-        found = [s for s in self.report["sources"] if s["source"] == name]
+        found: list[dict[str, Any]] = [s for s in self.report["sources"] if s["source"] == name]
         assert len(found) == 1, f"{name}: {self.report['sources']}"
         return found[0]
 
