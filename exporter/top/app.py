@@ -11,6 +11,7 @@ import logging
 import os
 import queue
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -76,7 +77,8 @@ class TopState:
     def feed(self, event: FeedEvent) -> bool:
         """Take in a feed event; True when there is a new frame."""
         if isinstance(event, Problem):
-            self.screen = replace(self.screen, problem=event.message)
+            retry = "; retrying" if event.retrying else ""
+            self.screen = replace(self.screen, problem=event.message + retry)
             return False
         scrape = event.scrape
         self.screen = replace(self.screen, problem="")
@@ -214,7 +216,8 @@ def run_batch(feed: Feed, console: Console, screen: Screen, *, once: bool) -> in
     """Print frames as they come (all rows, no screen size); --once: the first frame only."""
     events: queue.SimpleQueue[Event] = queue.SimpleQueue()
     state = TopState(screen, feed.interval_s, time.monotonic)
-    deadline = time.monotonic() + max(ONCE_TIMEOUT_S, 10 * feed.interval_s)
+    wait = max(ONCE_TIMEOUT_S, 10 * feed.interval_s)
+    deadline = time.monotonic() + wait
     feed.start(events.put)
     try:
         while True:
@@ -222,11 +225,11 @@ def run_batch(feed: Feed, console: Console, screen: Screen, *, once: bool) -> in
                 event = events.get(timeout=TICK_S)
             except queue.Empty:
                 if once and time.monotonic() > deadline:
-                    console.print(f"wattprobe top: no complete interval within {ONCE_TIMEOUT_S:g}s")
+                    print(f"wattprobe top: no complete interval within {wait:g}s", file=sys.stderr)
                     return 1
                 continue
             if isinstance(event, Problem) and once and feed.label != "this node":
-                console.print(f"wattprobe top: {event.message}")
+                print(f"wattprobe top: {event.message}", file=sys.stderr)
                 return 1
             if isinstance(event, Scraped | Problem) and state.feed(event):
                 console.print(state.render(console.width, None))

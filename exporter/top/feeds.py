@@ -31,6 +31,7 @@ class Scraped:
 @dataclass(frozen=True)
 class Problem:
     message: str  # one line, shown until the next scrape
+    retrying: bool = False  # the feed keeps trying
 
 
 FeedEvent = Scraped | Problem
@@ -117,10 +118,15 @@ class HttpFeed:
             try:
                 scrape = from_text(self._read(self._url), self._clock())
             except Exception as exc:  # unreachable, refused, not an exposition: say so, retry
-                emit(Problem(f"cannot read {self._url}: {describe_error(exc)}; retrying"))
+                emit(Problem(f"cannot read {self._url}: {describe_error(exc)}", retrying=True))
             else:
                 if not scrape.is_wattprobe:
-                    emit(Problem(f"{self._url} has no wattprobe_intervals_total: not wattprobe"))
+                    emit(
+                        Problem(
+                            f"{self._url} has no wattprobe_intervals_total: not wattprobe",
+                            retrying=True,
+                        )
+                    )
                 elif (scrape.intervals, scrape.at) != last:
                     last = (scrape.intervals, scrape.at)
                     emit(Scraped(scrape))
