@@ -121,6 +121,7 @@ def run_scenario(host: FixtureHost, exporter: StartExporter) -> tuple[ExporterPr
     return proc, proc.wait_next_interval()
 
 
+@pytest.mark.smoke
 def test_golden_metrics(host: FixtureHost, exporter: StartExporter) -> None:
     _, body = run_scenario(host, exporter)
     got = normalize(body)
