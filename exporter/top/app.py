@@ -197,9 +197,20 @@ class Interactive:
                     size = None
             elif isinstance(event, Scraped | Problem):
                 self._state.feed(event)
-            if event is not None or self._state.frame is None or self._console.size != size:
-                size = self._console.size
-                self._live.update(self._state.render(size.width, size.height), refresh=True)
+            now = self._terminal_size()
+            if event is not None or self._state.frame is None or now != size:
+                size = now
+                self._console.size = now
+                self._live.update(self._state.render(*now), refresh=True)
+
+    def _terminal_size(self) -> tuple[int, int]:
+        """The terminal's size now. Asked of the terminal itself: COLUMNS and LINES in the
+        environment (which rich would prefer) are often stale after a resize."""
+        try:
+            columns, lines = os.get_terminal_size(self._console.file.fileno())
+        except (OSError, ValueError, AttributeError):
+            return self._console.size.width, self._console.size.height
+        return columns, lines
 
     def _suspend(self) -> None:
         """Ctrl-Z: give the terminal back, stop, and take it again when continued."""

@@ -120,6 +120,11 @@ def test_top_in_process_shows_gpus_and_pods_sorts_and_quits(
             for row in first_column(table_rows(lines, "CONTAINER "))
         )
         assert_fits_80x24(tmux, lines)
+
+        tmux.resize(100, 30)  # SIGWINCH: the screen is laid out again for the new size
+        lines = tmux.wait_for(lambda ls: len(ls) == 30 and "q  quit" in ls[-1], "a 100x30 screen")
+        assert lines[0].startswith("wattprobe top") and max(len(line) for line in lines) <= 100
+        assert len(table_rows(lines, "GPU ")) == 8
         quit_and_check_terminal(tmux)
 
 

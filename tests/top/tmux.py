@@ -7,6 +7,7 @@ after exit can be read too.
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import time
@@ -113,6 +114,9 @@ class Tmux:
     def wait_for_text(self, text: str, timeout: float = 30.0) -> list[str]:
         return self.wait_for(lambda lines: any(text in line for line in lines), repr(text), timeout)
 
+    def resize(self, width: int, height: int) -> None:
+        self._run("resize-window", "-t", "top", "-x", str(width), "-y", str(height))
+
     def keys(self, *keys: str) -> None:
         self._run("send-keys", "-t", "top", *keys)
 
@@ -121,7 +125,12 @@ class Tmux:
         return f"\n--- stderr ---\n{path.read_text()}" if path.exists() else ""
 
     def stty_before_and_after(self) -> tuple[str, str]:
-        return (self.dir / "stty.before").read_text(), (self.dir / "stty.after").read_text()
+        """The terminal settings before and after, less its size (a test may resize it)."""
+
+        def settings(name: str) -> str:
+            return re.sub(r"rows \d+; columns \d+; ", "", (self.dir / name).read_text())
+
+        return settings("stty.before"), settings("stty.after")
 
     def close(self) -> None:
         subprocess.run(
