@@ -20,6 +20,7 @@ from exporter.top.scrape import Scrape, from_snapshot, from_text
 log = logging.getLogger(__name__)
 
 FETCH_TIMEOUT_S = 5.0
+INTERVAL_LINES = ("wattprobe_intervals_total", "wattprobe_last_interval_timestamp_seconds")
 MAX_BODY_BYTES = 64 << 20  # a /metrics page is a few MB at most; more is not an exporter
 
 
@@ -113,21 +114,30 @@ class HttpFeed:
             self._thread.join(timeout=FETCH_TIMEOUT_S + 1)
 
     def _loop(self, emit: Emit) -> None:
-        last: tuple[float, float | None] | None = None
+        last = ""
         while not self._stop.is_set():
             try:
-                scrape = from_text(self._read(self._url), self._clock())
+                text = self._read(self._url)
+                marker = interval_marker(text)
+                # parsing a large page costs far more than fetching it: parse new intervals only
+                scrape = from_text(text, self._clock()) if marker and marker != last else None
             except Exception as exc:  # unreachable, refused, not an exposition: say so, retry
                 emit(Problem(f"cannot read {self._url}: {describe_error(exc)}", retrying=True))
             else:
-                if not scrape.is_wattprobe:
-                    emit(
-                        Problem(
-                            f"{self._url} has no wattprobe_intervals_total: not wattprobe",
-                            retrying=True,
-                        )
-                    )
-                elif (scrape.intervals, scrape.at) != last:
-                    last = (scrape.intervals, scrape.at)
+                if not marker:
+                    emit(Problem(f"{self._url} is not wattprobe's /metrics", retrying=True))
+                elif scrape is not None:
+                    last = marker
                     emit(Scraped(scrape))
             self._stop.wait(self.interval_s)
+
+
+def interval_marker(text: str) -> str:
+    """The lines that change with each interval (its count and end time); "" when not there."""
+    found = []
+    for name in INTERVAL_LINES:
+        start = text.find(f"\n{name} ")
+        if start >= 0:
+            end = text.find("\n", start + 1)
+            found.append(text[start + 1 : end if end >= 0 else len(text)])
+    return "\n".join(found) if found and found[0].startswith(INTERVAL_LINES[0]) else ""

@@ -77,10 +77,6 @@ class Scrape:
     sources: tuple[SourceState, ...]
     version: str = ""
 
-    @property
-    def is_wattprobe(self) -> bool:
-        return self.intervals >= 0
-
 
 def _workload(labels: Mapping[str, str]) -> WorkloadId:
     return WorkloadId(
