@@ -136,7 +136,7 @@ def main() -> None:
     for name, times in rows:
         ms = sorted(t * 1000 for t in times)
         p90 = ms[int(0.9 * (len(ms) - 1))]
-        lines.append(f"| {name} | {statistics.median(ms):,.2f} | {p90:,.2f} |")
+        lines.append(f"| {name} | {statistics.median(ms):,.3f} | {p90:,.3f} |")
     load = os.getloadavg()[0]
     lines += [
         "",
