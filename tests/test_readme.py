@@ -170,5 +170,6 @@ def test_readme_commands_work_as_written_in_a_clean_clone(tmp_path: Path) -> Non
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-20000:]
     summary = result.stdout.strip().splitlines()[-1]  # pytest's closing line
+    print(f"nested `make test`: {summary}")  # shown with pytest -rP
     assert re.search(r"\d+ passed", summary) and "failed" not in summary, summary
     assert "deselected" in summary  # the nested run chose the smoke subset, not everything
