@@ -17,6 +17,7 @@ that takes /tmp/apt.lock (flock) before running the real apt-get; the command li
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import signal
@@ -89,18 +90,29 @@ def metrics(timeout: float = 5.0) -> str | None:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
             body: str = resp.read().decode()
             return body
-    except (urllib.error.URLError, OSError):
+    except (urllib.error.URLError, OSError, http.client.HTTPException):
         return None
 
 
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def stop_group(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
+    """SIGTERM to the command's process group (sh, make, wattprobe); wait until all are gone."""
+    if group_alive(proc.pid):
         os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+    deadline = time.monotonic() + 30
+    while group_alive(proc.pid) and time.monotonic() < deadline:
+        proc.poll()  # reap the shell, so its PID does not keep the group "alive"
+        time.sleep(0.1)
+    if group_alive(proc.pid):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
 
 
 def run_command_serves_metrics(command: str, clone: Path, env: dict[str, str], log: Path) -> str:
