@@ -36,8 +36,11 @@ VIEW_KEY = "v"
 
 
 class Feed(Protocol):
-    label: str
+    label: str  # what is shown: "this node" or the URL
     interval_s: float
+    starting: str  # what the screen says before the first scrape
+    waiting: str  # and after it, until the first frame
+    expected_s: float | None  # how long the first frame takes, when known
 
     def start(self, emit: Emit) -> None: ...
 
@@ -60,19 +63,20 @@ Event = FeedEvent | Key | Signalled
 class TopState:
     """What the screen shows, updated event by event (one thread: the main loop)."""
 
-    def __init__(self, screen: Screen, expected_first_s: float, clock: Callable[[], float]) -> None:
+    def __init__(self, screen: Screen, feed: Feed, clock: Callable[[], float]) -> None:
         self.screen = screen
         self.frame: Frame | None = None
         self.last: Scrape | None = None
         self.sources: tuple[SourceState, ...] = ()
+        self._feed = feed
         self._clock = clock
         self._started = clock()
-        self._expected = expected_first_s
 
     def waiting(self) -> str:
-        what = "measuring the first interval" if self.last else "reading the first interval"
+        what = self._feed.waiting if self.last else self._feed.starting
         elapsed = self._clock() - self._started
-        return f"{what} ({elapsed:.1f}s of ~{self._expected:g}s)"
+        expected = self._feed.expected_s
+        return f"{what} ({elapsed:.1f}s" + (f" of ~{expected:g}s)" if expected else ")")
 
     def feed(self, event: FeedEvent) -> bool:
         """Take in a feed event; True when there is a new frame."""
@@ -148,7 +152,7 @@ class Interactive:
         self._feed = feed
         self._console = console
         self._events: queue.SimpleQueue[Event] = queue.SimpleQueue()  # put() is signal-safe
-        self._state = TopState(screen, feed.interval_s, time.monotonic)
+        self._state = TopState(screen, feed, time.monotonic)
         self._keys = KeyReader(stdin_fd, lambda k: self._events.put(Key(k)))
         self._live = Live(
             console=console,
@@ -226,7 +230,7 @@ class Interactive:
 def run_batch(feed: Feed, console: Console, screen: Screen, *, once: bool) -> int:
     """Print frames as they come (all rows, no screen size); --once: the first frame only."""
     events: queue.SimpleQueue[Event] = queue.SimpleQueue()
-    state = TopState(screen, feed.interval_s, time.monotonic)
+    state = TopState(screen, feed, time.monotonic)
     wait = max(ONCE_TIMEOUT_S, 10 * feed.interval_s)
     deadline = time.monotonic() + wait
     feed.start(events.put)

@@ -45,6 +45,10 @@ class MonitorFeed:
     def __init__(self, monitor: Monitor, interval_s: float) -> None:
         self.label = "this node"
         self.interval_s = interval_s
+        # what the screen says until the first frame: before the first scrape, then after it
+        self.starting = "reading the sources"
+        self.waiting = "measuring the first interval"
+        self.expected_s: float | None = interval_s
         self._monitor = monitor
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -98,6 +102,9 @@ class HttpFeed:
     ) -> None:
         self.label = url
         self.interval_s = poll_s
+        self.starting = f"reading {url}"
+        self.waiting = "waiting for the exporter's next interval"
+        self.expected_s: float | None = None  # the exporter's interval is not in its metrics
         self._url = url
         self._read = read
         self._clock = clock
