@@ -15,9 +15,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.config import ActivitySource as ActivityChoice
 from exporter.config import Config
 from exporter.gpu.check import check_nvml
 from exporter.readings import ABSENT, SourceError
+from exporter.sources.ebpf import EbpfSource
+from exporter.sources.ebpf_load import FIXES as EBPF_FIXES
 from exporter.sources.estimate import CpuPowerModel
 from exporter.sources.hwmon import HwmonSource, discover_sensors
 from exporter.sources.procfs import ProcfsSource
@@ -119,6 +122,7 @@ class Finding:
     detail: str = ""
     fix: str = ""
     absent: bool = False
+    disabled: bool = False  # switched off by a flag other than --no-collector.NAME
 
     @classmethod
     def works(cls, found: str, items: Sequence[str] = ()) -> Finding:
@@ -168,6 +172,35 @@ def probe_procfs(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
         )
     items = [f"pod {uid}: {_plural(n, 'process', 'processes')}" for uid, n in sorted(pods.items())]
     return Finding.works(found, items)
+
+
+def probe_ebpf(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
+    """Load the programs for real (compile, attach, one read of the maps), then unload them."""
+    if config.activity_source is ActivityChoice.PROCFS:
+        return Finding(
+            False,
+            reason="disabled by --activity-source procfs",
+            fix="--activity-source auto (or ebpf) to use it",
+            disabled=True,
+        )
+    try:
+        source = EbpfSource.start(
+            config.procfs, config.cgroup_root, config.ebpf_kernel_headers, config.ebpf_gpu_ioctls
+        )
+        try:
+            tasks = source.tasks()
+        finally:
+            source.close()
+    except SourceError as exc:
+        return Finding.failed(exc, EBPF_FIXES.get(exc.reason, ""))
+    info = source.info
+    items = [f"tracepoint {t}" for t in info.tracepoints]
+    items += [f"missing (optional): {t}" for t in info.missing_optional]
+    items += [f"off: {t}" for t in info.switched_off]
+    items += [f"kernel headers: {info.headers.describe()}", f"compiled in {info.compile_s:.2f}s"]
+    return Finding.works(
+        f"{len(tasks)} tasks seen; tracefs {info.tracefs}; {info.describe()}", items
+    )
 
 
 def _sysfs_class(config: Config, name: str) -> Finding | None:
@@ -267,10 +300,11 @@ def probe_nvml(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
     )
 
 
-# The checks in report order. Sources that other parts add (eBPF, kubelet, apiserver,
-# PodResources) append a SourceCheck here.
+# The checks in report order. Sources that other parts add (kubelet, apiserver, PodResources)
+# append a SourceCheck here.
 CHECKS: tuple[SourceCheck, ...] = (
     SourceCheck("procfs", ACTIVITY, probe_procfs),
+    SourceCheck("ebpf", ACTIVITY, probe_ebpf),
     SourceCheck("rapl", POWER, probe_rapl, collector="rapl"),
     SourceCheck("hwmon", POWER, probe_hwmon, collector="hwmon"),
     SourceCheck("estimate", POWER, probe_estimate, collector="estimate"),
@@ -313,7 +347,8 @@ def run_one(check: SourceCheck, config: Config, earlier: Sequence[CheckResult]) 
         f.ok,
         found=f.found,
         reason=f.reason or ("" if f.ok else "failed"),
-        fix=f.fix or ("" if f.ok or f.absent else FIX_UNKNOWN),
+        fix=f.fix or ("" if f.ok or f.absent or f.disabled else FIX_UNKNOWN),
+        disabled=f.disabled,
         absent=f.absent,
         detail=f.detail,
         items=f.items,

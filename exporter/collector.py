@@ -46,6 +46,7 @@ class SnapshotCollector(Collector):
         yield from self._node_metrics(snap)
         yield from self._workload_metrics(snap)
         yield from gpu_families(snap)
+        yield from self._ebpf_metrics(snap)
 
     def _self_metrics(self, snap: Snapshot) -> Iterator[Metric]:
         info = _family("build_info")
@@ -117,3 +118,21 @@ class SnapshotCollector(Collector):
                 }
                 _energy_samples(process, pr.energy, labels)
             yield process
+
+    def _ebpf_metrics(self, snap: Snapshot) -> Iterator[Metric]:
+        if not snap.ebpf_maps:
+            return
+        entries = _family("ebpf_map_entries")
+        capacity = _family("ebpf_map_max_entries")
+        evictions = _family("ebpf_map_evictions")
+        failures = _family("ebpf_map_insert_failures")
+        for m in snap.ebpf_maps:
+            labels = {"map": m.map}
+            _add(entries, labels, m.entries)
+            _add(capacity, labels, m.max_entries)
+            _add(evictions, labels, m.evictions)
+            _add(failures, labels, m.insert_failures)
+        yield entries
+        yield capacity
+        yield evictions
+        yield failures

@@ -103,6 +103,35 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("zone", "mode", "pid", "comm", "container_id", "container"),
         ("gpu",),
     ),
+    # -- eBPF activity source --------------------------------------------------------------
+    MetricSpec(
+        "ebpf_map_entries",
+        "gauge",
+        "Entries in a bounded eBPF map at the last read (tasks: processes; exited: per-cgroup "
+        "totals of exited processes).",
+        ("map",),
+        section="eBPF",
+    ),
+    MetricSpec(
+        "ebpf_map_max_entries", "gauge", "Capacity of a bounded eBPF map.", ("map",), section="eBPF"
+    ),
+    MetricSpec(
+        "ebpf_map_evictions",
+        "counter",
+        "Entries an eBPF LRU map evicted to make room (inserts - deletes - entries: a lower "
+        "bound). tasks: a process's work since the last read is lost; exited: a cgroup's exited "
+        "total restarts.",
+        ("map",),
+        section="eBPF",
+    ),
+    MetricSpec(
+        "ebpf_map_insert_failures",
+        "counter",
+        "Events that found no room in an eBPF map (tasks: counted in the cgroup's exited total "
+        "instead; exited: lost).",
+        ("map",),
+        section="eBPF",
+    ),
     # -- GPUs (exporter/gpu/collect.py) ----------------------------------------------------
     MetricSpec(
         "gpu_info",

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 from exporter.attribution import (
     ACTIVE,
@@ -28,6 +28,7 @@ from exporter.ledger import CounterTable, add_into
 from exporter.readings import (
     CpuTimes,
     EnergyReading,
+    MapStats,
     SourceError,
     SourceStatus,
     TaskKey,
@@ -72,6 +73,13 @@ class ActivitySource(Protocol):
     name: str
 
     def tasks(self) -> Sequence[TaskSample]: ...
+
+
+@runtime_checkable
+class ReportsMapStats(Protocol):
+    """An activity source with bounded kernel maps (eBPF) reports their fill and evictions."""
+
+    def map_stats(self) -> Sequence[MapStats]: ...
 
 
 class WorkloadNames(Protocol):
@@ -132,6 +140,7 @@ class Monitor:
         wall_clock: Callable[[], float] = time.time,
         gpus: GpuSource | None = None,
         gpu_holders: GpuHolders | None = None,
+        startup_statuses: Sequence[SourceStatus] = (),
     ) -> None:
         self._cpu = cpu
         self._activity = activity
@@ -141,6 +150,8 @@ class Monitor:
         self._names = names or NoNames()
         self._clock = clock
         self._wall_clock = wall_clock
+        # sources that failed at start-up (e.g. eBPF in auto mode): shown in every snapshot
+        self._startup_statuses = tuple(startup_statuses)
 
         self._prev: _Previous | None = None
         self._baselines: dict[ZoneId, IdleBaseline] = {}
@@ -179,6 +190,7 @@ class Monitor:
         tasks = self._read(self._activity.name, self._activity.tasks, statuses)
         if self._activity.name == "procfs" and len(statuses) == 2:
             statuses = _merge_statuses(statuses[0], statuses[1])
+        statuses.extend(self._startup_statuses)
         readings: list[tuple[EnergyReading, float]] = []
         for source in self._power_sources:
             got = self._read(source.name, source.read, statuses)
@@ -519,6 +531,7 @@ class Monitor:
                     energy=_energy_items(energy),
                 )
             )
+        maps = self._activity.map_stats() if isinstance(self._activity, ReportsMapStats) else ()
         return Snapshot(
             sequence=self._sequence,
             timestamp=self._wall_clock(),
@@ -534,6 +547,7 @@ class Monitor:
             attributed_zones=attributed,
             gpus=self._gpu.counters(),
             gpu_container_memory=self._gpu.container_memory(self._names.container),
+            ebpf_maps=tuple(maps),
         )
 
     def close(self) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.gpu.snapshot import ContainerGpuMemory, GpuCounters
-from exporter.readings import SourceStatus, TaskKey
+from exporter.readings import MapStats, SourceStatus, TaskKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +80,7 @@ class Snapshot:
     attributed_zones: tuple[str, ...]  # node zones whose energy is split among workloads
     gpus: tuple[GpuCounters, ...] = ()
     gpu_container_memory: tuple[ContainerGpuMemory, ...] = ()
+    ebpf_maps: tuple[MapStats, ...] = ()  # fill and evictions of the eBPF maps, when in use
 
 
 EMPTY_SNAPSHOT = Snapshot(

@@ -9,6 +9,11 @@ from exporter.config import ActivitySource as ActivityChoice
 from exporter.config import Config
 from exporter.monitor import ActivitySource, Monitor, MonitorSettings, PowerSource
 from exporter.progress import Progress
+from exporter.readings import SourceError, SourceStatus
+from exporter.sources.ebpf import NAME as EBPF
+from exporter.sources.ebpf import EbpfSource
+from exporter.sources.ebpf_load import FIXES as EBPF_FIXES
+from exporter.sources.ebpf_load import LOAD_FAILED
 from exporter.sources.estimate import CpuPowerModel
 from exporter.sources.hwmon import HwmonSource
 from exporter.sources.nvml import NvmlSource
@@ -16,6 +21,10 @@ from exporter.sources.procfs import ProcfsSource
 from exporter.sources.rapl import RaplSource
 
 log = logging.getLogger(__name__)
+
+
+class StartupError(Exception):
+    """A source the configuration insists on cannot start: the exporter exits with this line."""
 
 
 def power_sources(config: Config) -> list[PowerSource]:
@@ -27,24 +36,57 @@ def power_sources(config: Config) -> list[PowerSource]:
     return sources
 
 
-def activity_source(config: Config, procfs: ProcfsSource) -> ActivitySource:
+def activity_source(
+    config: Config, procfs: ProcfsSource, progress: Progress | None = None
+) -> tuple[ActivitySource, tuple[SourceStatus, ...]]:
+    """The activity source, and eBPF's start-up failure when auto fell back to procfs.
+
+    /proc/stat (node busy/idle) comes from procfs whichever source measures tasks.
+    """
+    if config.activity_source is ActivityChoice.PROCFS:
+        return procfs, ()
+    try:
+        # bcc compiles the programs here: seconds on a busy node, so it shows as a step
+        with (progress or Progress()).step("compiling and loading the eBPF programs"):
+            ebpf = EbpfSource.start(
+                config.procfs,
+                config.cgroup_root,
+                config.ebpf_kernel_headers,
+                config.ebpf_gpu_ioctls,
+            )
+        return ebpf, ()
+    except Exception as exc:
+        error = exc if isinstance(exc, SourceError) else SourceError(LOAD_FAILED, repr(exc))
+        if not isinstance(exc, SourceError):
+            log.debug("eBPF load failed unexpectedly", exc_info=True)
+    fix = EBPF_FIXES.get(error.reason, "")
     if config.activity_source is ActivityChoice.EBPF:
-        raise NotImplementedError("the eBPF activity source is not built yet")
-    return procfs
+        raise StartupError(
+            f"--activity-source ebpf: {error.reason}: {error.detail}"
+            + (f"; fix: {fix}" if fix else "")
+        )
+    log.warning(
+        "eBPF activity source unavailable (%s: %s); using procfs. Fix: %s",
+        error.reason,
+        error.detail,
+        fix or "see `wattprobe check`",
+    )
+    return procfs, (SourceStatus(EBPF, False, error.reason, error.detail),)
 
 
 def build_monitor(config: Config, progress: Progress | None = None) -> Monitor:
-    """progress: where slow start-up work reports what it waits for, e.g.
-    `with progress.step("compiling eBPF programs"): ...` (None: plain log lines)."""
+    """progress: where slow start-up work (compiling the eBPF programs) reports what it waits
+    for; None: plain log lines."""
     procfs = ProcfsSource(config.procfs)
     model = None
     if config.enabled("estimate"):
         model = partial(
             CpuPowerModel.for_cpus, idle_w=config.estimate_idle_w, max_w=config.estimate_max_w
         )
+    activity, startup_statuses = activity_source(config, procfs, progress)
     return Monitor(
         cpu=procfs,
-        activity=activity_source(config, procfs),
+        activity=activity,
         power_sources=power_sources(config),
         cpu_model=model,
         settings=MonitorSettings(
@@ -55,4 +97,5 @@ def build_monitor(config: Config, progress: Progress | None = None) -> Monitor:
             retention_s=config.retention_s,
         ),
         gpus=NvmlSource(config.procfs) if config.enabled("nvml") else None,
+        startup_statuses=startup_statuses,
     )

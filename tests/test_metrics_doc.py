@@ -8,7 +8,7 @@ from exporter.collector import SnapshotCollector
 from exporter.gpu.readings import GpuProcess, GpuReading, MigInstanceReading
 from exporter.gpu.snapshot import ContainerGpuMemory, GpuCounters, GpuEnergy
 from exporter.metrics import BY_NAME, CATALOGUE, PREFIX, render_markdown
-from exporter.readings import SourceStatus
+from exporter.readings import MapStats, SourceStatus
 from exporter.snapshot import (
     EMPTY_SNAPSHOT,
     ContainerCounters,
@@ -41,6 +41,7 @@ def rich_snapshot() -> Snapshot:
             "processes": (ProcessCounters((10, 1), 10, "app", "a" * 64, "uid", "app", energy),),
             "sources": (SourceStatus("rapl", True), SourceStatus("hwmon", False, "absent")),
             "gpus": (rich_gpu(),),
+            "ebpf_maps": (MapStats("tasks", 10, 32768, 0, 0),),
             "gpu_container_memory": (
                 ContainerGpuMemory("0", "GPU-1", "a" * 64, "app", "pod", "ns", 2**30, "uid"),
             ),

@@ -98,9 +98,11 @@ class ProcfsSource:
                 continue
             base = f"{self._root}/{name}"
             try:
-                with open(f"{base}/stat") as f:
+                # comm is any 15 bytes but NUL (prctl PR_SET_NAME): bytes that are not UTF-8
+                # must not hide a process from attribution, so they decode as U+FFFD
+                with open(f"{base}/stat", encoding="utf-8", errors="replace") as f:
                     stat = parse_stat(f.read())
-                with open(f"{base}/cgroup") as f:
+                with open(f"{base}/cgroup", encoding="utf-8", errors="replace") as f:
                     cgroup = f.read()
             except (FileNotFoundError, ProcessLookupError):
                 continue  # exited between listing and reading

@@ -108,12 +108,16 @@ NO_NVML = {"LD_LIBRARY_PATH": ""}  # this machine has no libnvidia-ml.so.1 of it
 
 @pytest.mark.smoke
 def test_everything_present(host: FixtureHost, h100: Scenario, fake_nvml_dir: Path) -> None:
-    result = check(*host.args(), env=nvml_env(fake_nvml_dir, h100))
+    # eBPF attaches to the live kernel, which the fixture /proc is not: it is switched off here
+    # (it has its own cases below and in tests/test_ebpf_real.py)
+    args = [*host.args(), "--activity-source", "procfs"]
+    result = check(*args, env=nvml_env(fake_nvml_dir, h100))
     assert result.code == 0
     assert result.report["schema_version"] == 1
     assert result.report["power"] == ["rapl", "hwmon", "estimate", "nvml"]
     assert result.report["activity"] == ["procfs"]
-    assert result.names()[:5] == ["procfs", "rapl", "hwmon", "estimate", "nvml"]
+    assert result.names()[:6] == ["procfs", "ebpf", "rapl", "hwmon", "estimate", "nvml"]
+    assert result.source("ebpf")["status"] == "disabled"
 
     procfs = result.source("procfs")
     assert procfs["status"] == "ok" and procfs["kind"] == "activity"
@@ -144,6 +148,7 @@ def test_everything_present(host: FixtureHost, h100: Scenario, fake_nvml_dir: Pa
     assert "OK   nvml       driver 550.54.15" in result.text
     assert "                - 0 NVIDIA H100 80GB HBM3 (MIG off)" in result.text
     assert "FAIL" not in result.text and "n/a" not in result.text
+    assert "off  ebpf       disabled" in result.text
     assert lines[-1] == "ready: power measured by rapl, hwmon, nvml; activity from procfs (exit 0)"
 
 
@@ -159,7 +164,7 @@ def test_no_rapl_is_not_applicable_not_a_failure(host: FixtureHost) -> None:
         line.startswith("n/a  rapl       absent: no RAPL zones")
         for line in result.text.splitlines()
     )
-    assert "FAIL" not in result.text
+    assert "FAIL rapl" not in result.text
     assert "hint: no RAPL here" in result.text  # no cpuinfo in the fixture: the generic hint
 
 
@@ -293,7 +298,6 @@ def test_a_failure_without_a_known_fix_still_gets_one(host: FixtureHost) -> None
 # losing the entry fails. When the entry is there, the case runs for real whatever PENDING says,
 # and it fails if the situation it sets up does not make the source fail.
 PENDING = {
-    "ebpf": "the eBPF activity source (issue 3)",
     "kubelet": "pod names from the kubelet (issue 5)",
 }
 
@@ -317,13 +321,15 @@ def hidden_bcc(tmp_path: Path) -> Iterator[dict[str, str]]:
     yield {"PYTHONPATH": str(shadow.parent)}
 
 
-def test_ebpf_unavailable(host: FixtureHost, hidden_bcc: dict[str, str]) -> None:
-    result = check(*host.args(), env={**NO_NVML, **hidden_bcc})
+def test_ebpf_unavailable(hidden_bcc: dict[str, str]) -> None:
+    # this machine's own /proc, /sys and cgroup tree, as eBPF needs: only bcc is missing
+    result = check(env={**NO_NVML, **hidden_bcc})
     ebpf = require_entry(result, "ebpf")
     assert ebpf["kind"] == "activity"
     assert ebpf["status"] == "fail", f"bcc was hidden, yet eBPF reports {ebpf}"
     assert ebpf["reason"] and ebpf["detail"]
-    assert "bpfcc" in ebpf["fix"]  # the package to install: python3-bpfcc
+    assert ebpf["reason"] == "no bcc", ebpf
+    assert "python3-bpfcc" in ebpf["fix"]  # the package to install
     assert result.code == 0  # /proc still measures activity
     assert result.report["activity"] == ["procfs"]
     assert "FAIL ebpf" in result.text and "fix:" in result.text
