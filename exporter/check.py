@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from exporter.config import ActivitySource as ActivityChoice
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 # kinds: the exit status needs one working power and one working activity source
 POWER = "power"
 ACTIVITY = "activity"
-METADATA = "metadata"  # names and owners (kubelet, PodResources): useful, not required
+KUBERNETES = "kubernetes"  # pod names and GPU owners (kubelet, PodResources): not required
 
 # statuses, as in the JSON report
 OK = "ok"
@@ -62,6 +62,7 @@ FIX_NVML_OTHER = (
     "reboot); if it works, mount the host's libnvidia-ml.so.1 into the container"
 )
 FIX_UNKNOWN = "rerun with --log.level debug and see docs/check.md"
+FIX_BUG = "a wattprobe bug: please report it with `wattprobe check --log.level debug` output"
 FIX_RAPL_VM = (
     "this is a virtual machine: hypervisors rarely pass RAPL through, nothing to fix here; "
     "the estimate (or hwmon) is used"
@@ -78,7 +79,7 @@ class CheckResult:
     """One source's entry in the report."""
 
     source: str
-    kind: str  # power, activity or metadata
+    kind: str  # power, activity or kubernetes
     ok: bool
     found: str = ""  # one line: what works
     reason: str = ""  # short, as wattprobe_source_up's reason label ("" when ok)
@@ -145,6 +146,16 @@ class SourceCheck:
     kind: str
     probe: Probe
     collector: str | None = None  # the --collector.NAME that switches it; None: always on
+
+
+@dataclass(frozen=True)
+class GroupCheck:
+    """Checks whose sources depend on the configuration (kubelet or apiserver): one function
+    returning their results; a crash becomes one FAIL named after the group."""
+
+    name: str
+    kind: str
+    run: Callable[[Config], Sequence[CheckResult]]
 
 
 # -- probes ------------------------------------------------------------------------------
@@ -300,8 +311,8 @@ def probe_nvml(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
     )
 
 
-# The checks in report order. Sources that other parts add (kubelet, apiserver, PodResources)
-# append a SourceCheck here.
+# The checks of this node's own sources, in report order; all_checks() adds the Kubernetes
+# group (pod source and PodResources, exporter/check_kube.py). A new source appends here.
 CHECKS: tuple[SourceCheck, ...] = (
     SourceCheck("procfs", ACTIVITY, probe_procfs),
     SourceCheck("ebpf", ACTIVITY, probe_ebpf),
@@ -339,7 +350,7 @@ def run_one(check: SourceCheck, config: Config, earlier: Sequence[CheckResult]) 
             False,
             reason="internal error",
             detail=f"{type(exc).__name__}: {exc}",
-            fix="a wattprobe bug: please report it with `wattprobe check --log.level debug` output",
+            fix=FIX_BUG,
         )
     return CheckResult(
         check.source,
@@ -355,11 +366,47 @@ def run_one(check: SourceCheck, config: Config, earlier: Sequence[CheckResult]) 
     )
 
 
-def run_checks(config: Config, checks: Sequence[SourceCheck] = CHECKS) -> list[CheckResult]:
+def run_group(group: GroupCheck, config: Config) -> list[CheckResult]:
+    try:
+        return [_with_fix(r) for r in group.run(config)]
+    except Exception as exc:  # a check must report, never crash
+        log.debug("check %s crashed", group.name, exc_info=True)
+        return [
+            CheckResult(
+                group.name,
+                group.kind,
+                False,
+                reason="internal error",
+                detail=f"{type(exc).__name__}: {exc}",
+                fix=FIX_BUG,
+            )
+        ]
+
+
+def _with_fix(r: CheckResult) -> CheckResult:
+    """Every failure says what to do, even one a group did not foresee."""
+    if r.status != FAIL or r.fix:
+        return r
+    return replace(r, fix=FIX_UNKNOWN, reason=r.reason or "failed")
+
+
+def run_checks(
+    config: Config, checks: Sequence[SourceCheck | GroupCheck] | None = None
+) -> list[CheckResult]:
     results: list[CheckResult] = []
-    for check in checks:
-        results.append(run_one(check, config, tuple(results)))
+    for check in all_checks() if checks is None else checks:
+        if isinstance(check, GroupCheck):
+            results.extend(run_group(check, config))
+        else:
+            results.append(run_one(check, config, tuple(results)))
     return results
+
+
+def all_checks() -> tuple[SourceCheck | GroupCheck, ...]:
+    # imported here: check_kube builds on this module's CheckResult
+    from exporter.check_kube import kube_checks  # noqa: PLC0415
+
+    return (*CHECKS, GroupCheck(KUBERNETES, KUBERNETES, kube_checks))
 
 
 def exit_status(results: Sequence[CheckResult]) -> int:

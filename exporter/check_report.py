@@ -45,7 +45,8 @@ def text_lines(results: Sequence[CheckResult]) -> list[str]:
         if r.ok:
             head = r.found
         elif r.disabled:
-            head = "disabled"
+            head = r.reason or "disabled"
+            head += f": {r.detail}" if r.detail else ""
         else:
             head = f"{r.reason}: {r.detail}" if r.detail and r.detail != r.reason else r.reason
         lines.append(f"{MARKS[r.status]:<4} {r.source:<10} {head}")

@@ -21,6 +21,7 @@ import click
 from exporter import __version__
 from exporter.check import exit_status, run_checks
 from exporter.check_report import report, text_lines
+from exporter.cli_kube import kube_options
 from exporter.config import (
     COLLECTOR_DEFAULTS,
     DEFAULT_PORT,
@@ -302,14 +303,7 @@ def cli() -> None:
     callback=_converter(parse_duration),
     help="how long series of terminated containers and processes stay",
 )
-@_option(
-    "--kube.pod-source",
-    "pod_source",
-    default="auto",
-    type=click.Choice([p.value for p in PodSource]),
-    help="where pod names come from: auto, none, kubelet, apiserver",
-)
-@_option("--kube.node-name", "node_name", default="", help="this node's name [default: $NODE_NAME]")
+@kube_options
 @web_options
 @source_options
 def serve(**kw: Any) -> None:
@@ -422,6 +416,7 @@ def _log_web_security(web: LiveWebConfig | None) -> None:
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON (docs/check.md)")
+@kube_options
 @source_options
 def check(as_json: bool, **kw: Any) -> None:
     """Check every source on this machine: what works, what it found, how to fix the rest.
@@ -489,6 +484,7 @@ def attribution_options(func: F) -> F:
 )
 @click.option("--once", is_flag=True, help="print one screen after the first interval and exit")
 @attribution_options
+@kube_options
 @source_options
 def top(from_url: str | None, interval_s: float | None, once: bool, **kw: Any) -> None:
     """Live view: node power by zone, GPUs, and the pods drawing the most CPU and GPU power.
@@ -503,6 +499,8 @@ def top(from_url: str | None, interval_s: float | None, once: bool, **kw: Any) -
             from_url = metrics_url(from_url)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="'--from'") from None
+    if not kw["node_name"]:
+        kw.pop("node_name")
     config = _config(**kw)
     _setup_logging("warn" if config.log_level == "info" else config.log_level)
     try:

@@ -7,6 +7,7 @@ immutable Snapshot, so all series of a scrape come from the same instant.
 from __future__ import annotations
 
 import platform
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client.core import Metric
@@ -47,6 +48,7 @@ class SnapshotCollector(Collector):
         yield from self._workload_metrics(snap)
         yield from gpu_families(snap)
         yield from self._ebpf_metrics(snap)
+        yield from self._kube_metrics(snap)
 
     def _self_metrics(self, snap: Snapshot) -> Iterator[Metric]:
         info = _family("build_info")
@@ -136,3 +138,37 @@ class SnapshotCollector(Collector):
         yield capacity
         yield evictions
         yield failures
+
+    def _kube_metrics(self, snap: Snapshot) -> Iterator[Metric]:
+        if snap.pod_info:
+            info = _family("pod_info")
+            for p in snap.pod_info:
+                labels = {"namespace": p.namespace, "pod": p.pod, "pod_uid": p.pod_uid}
+                for key, value in p.labels:
+                    labels.setdefault(pod_label_name(key), value)
+                _add(info, labels, 1)
+            yield info
+        if snap.gpu_allocations:
+            alloc = _family("gpu_allocation_info")
+            for a in snap.gpu_allocations:
+                labels = {"gpu": a.gpu, "namespace": a.namespace, "pod": a.pod}
+                labels["container"] = a.container
+                # unknown parts are left out, not empty: a MIG device's parent needs NVML
+                parts = (
+                    ("uuid", a.uuid),
+                    ("gpu_instance", a.gpu_instance),
+                    ("mig_device", a.mig_device),
+                )
+                for key, value in parts:
+                    if value:
+                        labels[key] = value
+                _add(alloc, labels, 1)
+            yield alloc
+
+
+_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def pod_label_name(key: str) -> str:
+    """A Kubernetes label key as a Prometheus label name, the way kube-state-metrics writes it."""
+    return "label_" + _LABEL_CHARS.sub("_", key)

@@ -12,6 +12,8 @@ from pathlib import Path
 from exporter.web.http import HttpLimits
 
 DEFAULT_PORT = 28390
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+PODRESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 
 
 class ActivitySource(StrEnum):
@@ -158,6 +160,17 @@ class Config:
     ebpf_kernel_headers: Path | None = None  # None: the running kernel's, else a generic set
     ebpf_gpu_ioctls: GpuIoctls = GpuIoctls.AUTO
     http_limits: HttpLimits = field(default_factory=HttpLimits)
+    # Kubernetes identity (docs/kubernetes.md); "" URLs are derived from the environment
+    kubelet_url: str = ""
+    apiserver_url: str = ""
+    kube_token_file: Path = SERVICE_ACCOUNT_DIR / "token"
+    kube_ca_file: Path = SERVICE_ACCOUNT_DIR / "ca.crt"
+    kube_insecure_skip_tls_verify: bool = False
+    kube_timeout_s: float = 10.0
+    kube_poll_interval_s: float = 10.0
+    kube_metadata_ttl_s: float = 3600.0
+    kube_pod_labels: tuple[str, ...] = ()  # wattprobe_pod_info allow-list; empty: no such metric
+    podresources_socket: Path | None = PODRESOURCES_SOCKET  # None: PodResources off
 
     @property
     def cgroup_root(self) -> Path:

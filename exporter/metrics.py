@@ -13,6 +13,7 @@ PREFIX = "wattprobe_"
 WORKLOAD_LABELS = ("container_id", "container", "pod", "namespace", "pod_uid")
 GPU_LABELS = ("gpu", "uuid")
 MIG_LABELS = ("gpu_instance", "compute_instance")
+POD_LABEL = "label_KEY"  # stands for the allow-listed pod labels on wattprobe_pod_info
 
 
 @dataclass(frozen=True)
@@ -266,6 +267,31 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         section="GPUs",
     ),
 )
+
+# Kubernetes identity (docs/kubernetes.md): names fill WORKLOAD_LABELS on the series above.
+KUBE_CATALOGUE: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "pod_info",
+        "gauge",
+        "A pod's identity and its labels allow-listed by --kube.pod-labels (as label_KEY, "
+        "characters outside [a-zA-Z0-9_] as _), value 1. One series per known pod; only with "
+        "--kube.pod-labels.",
+        ("namespace", "pod", "pod_uid"),
+        (POD_LABEL,),
+        section="Kubernetes",
+    ),
+    MetricSpec(
+        "gpu_allocation_info",
+        "gauge",
+        "The container holds this GPU, a time-slice of it or a MIG device on it, per the "
+        "kubelet's PodResources API, value 1. gpu, uuid and gpu_instance are left out while NVML "
+        "does not know them; mig_device is the MIG device as the device plugin names it.",
+        ("namespace", "pod", "container"),
+        ("gpu", "uuid", "gpu_instance", "mig_device"),
+        section="Kubernetes",
+    ),
+)
+CATALOGUE = CATALOGUE + KUBE_CATALOGUE
 
 BY_NAME = {spec.name: spec for spec in CATALOGUE}
 

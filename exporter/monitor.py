@@ -38,8 +38,10 @@ from exporter.snapshot import (
     EMPTY_SNAPSHOT,
     ContainerCounters,
     Energy,
+    GpuAllocation,
     NodeZoneEnergy,
     PodCounters,
+    PodInfo,
     ProcessCounters,
     Snapshot,
 )
@@ -94,6 +96,10 @@ class WorkloadNames(Protocol):
         ...
 
 
+# A source that runs on its own thread (pod metadata, PodResources): each step asks it how it is.
+StatusProvider = Callable[[], Sequence[SourceStatus]]
+
+
 class NoNames:
     """Before pod metadata exists: pseudo-containers carry their name, the rest only their IDs."""
 
@@ -141,6 +147,9 @@ class Monitor:
         gpus: GpuSource | None = None,
         gpu_holders: GpuHolders | None = None,
         startup_statuses: Sequence[SourceStatus] = (),
+        status_providers: Sequence[StatusProvider] = (),
+        pod_info: Callable[[], Sequence[PodInfo]] | None = None,
+        gpu_allocations: Callable[[], Sequence[GpuAllocation]] | None = None,
     ) -> None:
         self._cpu = cpu
         self._activity = activity
@@ -152,6 +161,9 @@ class Monitor:
         self._wall_clock = wall_clock
         # sources that failed at start-up (e.g. eBPF in auto mode): shown in every snapshot
         self._startup_statuses = tuple(startup_statuses)
+        self._status_providers = list(status_providers)
+        self._pod_info = pod_info
+        self._gpu_allocations = gpu_allocations
 
         self._prev: _Previous | None = None
         self._baselines: dict[ZoneId, IdleBaseline] = {}
@@ -200,6 +212,8 @@ class Monitor:
             self._measured_seen = True
         gpu_reading = self._read(self._gpus.name, self._gpus.read, statuses) if self._gpus else None
         gpu_stamp = self._clock()
+        for provider in self._status_providers:
+            statuses.extend(_provided(provider, ()))
 
         prev = self._prev
         dt = now - prev.time if prev else 0.0
@@ -548,6 +562,10 @@ class Monitor:
             gpus=self._gpu.counters(),
             gpu_container_memory=self._gpu.container_memory(self._names.container),
             ebpf_maps=tuple(maps),
+            pod_info=tuple(_provided(self._pod_info, ())) if self._pod_info else (),
+            gpu_allocations=(
+                tuple(_provided(self._gpu_allocations, ())) if self._gpu_allocations else ()
+            ),
         )
 
     def close(self) -> None:
@@ -620,6 +638,15 @@ def _energy_between(
 
 def _energy_items(totals: Mapping[EnergyKey, float]) -> tuple[Energy, ...]:
     return tuple(Energy(z, g, m, j) for (z, g, m), j in sorted(totals.items()))
+
+
+def _provided(fn: Callable[[], Sequence[T]], default: Sequence[T]) -> Sequence[T]:
+    """What a background source's accessor returns; its failure must not fail the interval."""
+    try:
+        return fn()
+    except Exception:
+        log.exception("background source accessor %r failed", fn)
+        return default
 
 
 def _since(start: float) -> float:

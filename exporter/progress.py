@@ -2,7 +2,9 @@
 
 On a terminal (stderr is a tty) a step is one line that rewrites itself with a spinner and the
 seconds spent; log records printed meanwhile clear it first. Anywhere else (a pod's log, a pipe)
-a step is two plain log lines, one when it starts and one when it ends.
+a step is plain log lines: "what..." once it has taken a second (quick steps stay quiet) and
+"what: done (2.3s)" when it ends. A failed step logs nothing of its own: whoever called it
+reports the failure, in one line.
 
 Slow start-up work takes a Progress and wraps itself in a step:
 
@@ -29,6 +31,10 @@ REDRAW_S = 0.1
 QUIET_AFTER_LOG_S = 0.3
 
 
+FAILED = "failed"
+SLOW_S = 1.0  # off a terminal, a step that takes longer than this says so when it passes it
+
+
 class Progress:
     """Plain log lines: the behaviour off a terminal, and the base of TerminalProgress."""
 
@@ -36,6 +42,7 @@ class Progress:
         self._clock = clock
         self._what = ""
         self._started = 0.0
+        self._timer: threading.Timer | None = None
 
     @property
     def active(self) -> str:
@@ -44,16 +51,31 @@ class Progress:
 
     def begin(self, what: str, expected_s: float | None = None) -> None:
         """A step starts. expected_s, when known, is shown as the step's expected length."""
+        self._cancel()
         self._what = what
         self._started = self._clock()
-        log.info("%s...%s", what, f" (about {expected_s:g}s)" if expected_s else "")
+        about = f" (about {expected_s:g}s)" if expected_s else ""
+        self._timer = threading.Timer(SLOW_S, self._still, args=(what, about))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _still(self, what: str, about: str) -> None:
+        if self._what == what:
+            log.info("%s...%s", what, about)
+
+    def _cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def end(self, result: str = "done") -> None:
         """The step begun last has ended with this result."""
+        self._cancel()
         if not self._what:
             return
         what, self._what = self._what, ""
-        log.info("%s: %s (%.1fs)", what, result, self._clock() - self._started)
+        if result != FAILED:
+            log.info("%s: %s (%.1fs)", what, result, self._clock() - self._started)
 
     @contextmanager
     def step(self, what: str, expected_s: float | None = None) -> Iterator[None]:
@@ -61,12 +83,13 @@ class Progress:
         try:
             yield
         except BaseException:
-            self.end("failed")
+            self.end(FAILED)
             raise
         self.end()
 
     def close(self) -> None:
-        """Stop drawing (a step still open stays unfinished)."""
+        """Stop reporting (a step still open stays unfinished)."""
+        self._cancel()
 
 
 class TerminalProgress(Progress):
@@ -98,10 +121,12 @@ class TerminalProgress(Progress):
                 return
             what, self._what = self._what, ""
             self._clear_locked()
-        # the outcome stays as an ordinary log line
-        log.info("%s: %s (%.1fs)", what, result, self._clock() - self._started)
+        # the outcome stays as an ordinary log line (a failure is reported by the caller)
+        if result != FAILED:
+            log.info("%s: %s (%.1fs)", what, result, self._clock() - self._started)
 
     def close(self) -> None:
+        super().close()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=1)

@@ -19,6 +19,8 @@ from exporter.sources.hwmon import HwmonSource
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.procfs import ProcfsSource
 from exporter.sources.rapl import RaplSource
+from exporter.workloads.gpus import NvmlDirectory
+from exporter.workloads.kube import KubeWorkloads
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +86,10 @@ def build_monitor(config: Config, progress: Progress | None = None) -> Monitor:
             CpuPowerModel.for_cpus, idle_w=config.estimate_idle_w, max_w=config.estimate_max_w
         )
     activity, startup_statuses = activity_source(config, procfs, progress)
-    return Monitor(
+    # pod names and GPU holders: background threads, started here, daemon (die with the process)
+    kube = KubeWorkloads.from_config(config)
+    kube.start()
+    monitor = Monitor(
         cpu=procfs,
         activity=activity,
         power_sources=power_sources(config),
@@ -98,4 +103,12 @@ def build_monitor(config: Config, progress: Progress | None = None) -> Monitor:
         ),
         gpus=NvmlSource(config.procfs) if config.enabled("nvml") else None,
         startup_statuses=startup_statuses,
+        gpu_holders=kube.gpu_holders,
+        names=kube.names,
+        status_providers=[kube.statuses],
+        pod_info=kube.pod_info,
+        gpu_allocations=kube.gpu_allocations,
     )
+    # PodResources names GPUs by UUID, index or minor number: NVML's view ties them together
+    kube.set_gpu_directory(NvmlDirectory(config.procfs, lambda: monitor.snapshot.gpus))
+    return monitor

@@ -297,9 +297,7 @@ def test_a_failure_without_a_known_fix_still_gets_one(host: FixtureHost) -> None
 # merged they skip, naming what is missing; once merged, remove them from PENDING so that
 # losing the entry fails. When the entry is there, the case runs for real whatever PENDING says,
 # and it fails if the situation it sets up does not make the source fail.
-PENDING = {
-    "kubelet": "pod names from the kubelet (issue 5)",
-}
+PENDING: dict[str, str] = {}  # none left: eBPF and the kubelet are merged
 
 
 def require_entry(result: Checked, name: str) -> dict[str, Any]:
@@ -336,15 +334,13 @@ def test_ebpf_unavailable(hidden_bcc: dict[str, str]) -> None:
 
 
 def test_kubelet_unreachable(host: FixtureHost) -> None:
-    plain = check(*host.args(), env=NO_NVML)
-    require_entry(plain, "kubelet")
     closed = free_port()  # nothing listens here
     url = f"https://127.0.0.1:{closed}"
     args = ["--kube.pod-source", "kubelet", "--kube.kubelet-url", url, "--kube.node-name", "n1"]
     run = wattprobe(["check", "--json", *host.args(), *args], NO_NVML)
     assert run.returncode != 2, f"`check` does not take the kubelet flags: {run.stderr}"
     result = check(*host.args(), *args, env=NO_NVML)
-    kubelet = result.source("kubelet")
+    kubelet = require_entry(result, "kubelet")
     assert kubelet["kind"] not in (POWER, "activity")
     assert kubelet["status"] == "fail", f"the kubelet at {url} is unreachable, yet {kubelet}"
     assert kubelet["reason"] and f"127.0.0.1:{closed}" in kubelet["detail"]
