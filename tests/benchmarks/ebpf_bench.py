@@ -6,14 +6,17 @@ Measures, and prints as a Markdown table:
 - bcc compile-and-attach time of the probes (what `wattprobe serve` pays once at start-up);
 - a context-switch-heavy microbenchmark: two processes pinned to one CPU bounce a byte through
   pipes (every round trip is two context switches and four syscalls), with and without the probes
-  attached; runs of the three settings (none, scheduler probes, all) are interleaved and each is
-  compared with the bare run next to it, so drift on a shared machine cancels; the pair runs
+  attached; runs of the settings (none; empty sched_switch programs, classic and raw; the
+  scheduler probes and all probes, each with the raw sched_switch program wattprobe attaches and
+  with the classic one it falls back to) are interleaved in rotating order and each is compared
+  with the bare run of the same round, so drift on a shared machine cancels; the pair runs
   SCHED_FIFO so other tenants' tasks do not take turns inside a run (an attached syscall
   tracepoint puts every syscall of every task on the kernel's tracing path, ioctl or not, hence
   the two probe settings);
 - the mean run time per event of each program from the kernel's own BPF statistics
   (kernel.bpf_stats_enabled, run_time_ns / run_cnt in the program's fdinfo), with separate
-  figures for ioctls the program filters out and those it counts;
+  figures for ioctls the program filters out and those it counts, and the same for empty
+  programs on the same hooks: what the statistics and the call itself cost;
 - the exporter's resident memory after start-up with the eBPF source and with procfs, and what
   one interval's read of each source costs (wattprobe_collect_duration_seconds).
 """
@@ -35,11 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exporter.sources.ebpf_load import Loaded, bcc_environment, load
+from exporter.sources.ebpf_load import RAW, SCHED_SWITCH, Loaded, bcc_environment, load
 from exporter.workloads.cgroup_ids import find_v2_root
 from tests.running import parse_samples, select, start_exporter
 
 HERE = Path(__file__).resolve().parent
+RAW_SWITCH_FN = "raw_tracepoint__sched_switch"
 PROGRAMS = {
     "sched:sched_switch": "tracepoint__sched__sched_switch",
     "sched:sched_process_exit": "tracepoint__sched__sched_process_exit",
@@ -49,6 +53,7 @@ PROGRAMS = {
     "cgroup:cgroup_mkdir": "tracepoint__cgroup__cgroup_mkdir",
 }
 SCHED_ONLY = ("sched:sched_switch", "sched:sched_process_exit", "sched:sched_process_exec")
+IOCTL = "syscalls:sys_enter_ioctl"
 TCGETS = 0x5401  # a terminal ioctl: the probe looks at it and lets it go
 NVIDIA_CMD = 0xC0104601  # _IOWR('F', 1, 16): the probe counts it
 STATS_SYSCTL = Path("/proc/sys/kernel/bpf_stats_enabled")
@@ -64,28 +69,51 @@ class Probes:
     def bpf(self) -> Any:
         return self.loaded.bpf
 
+    @property
+    def raw(self) -> bool:
+        return self.loaded.info.switch_probe == RAW
+
     def attach(self, which: tuple[str, ...] = tuple(PROGRAMS)) -> None:
         for tp in which:
-            if tp in self.loaded.info.tracepoints and tp.encode() not in self.bpf.tracepoint_fds:
+            if tp not in self.loaded.info.tracepoints:
+                continue
+            if tp == SCHED_SWITCH and self.raw:
+                if b"sched_switch" not in self.bpf.raw_tracepoint_fds:
+                    self.bpf.attach_raw_tracepoint(
+                        tp=b"sched_switch", fn_name=RAW_SWITCH_FN.encode()
+                    )
+            elif tp.encode() not in self.bpf.tracepoint_fds:
                 self.bpf.attach_tracepoint(tp=tp.encode(), fn_name=PROGRAMS[tp].encode())
 
     def detach(self) -> None:
         for tp in list(self.bpf.tracepoint_fds):
             self.bpf.detach_tracepoint(tp)
+        for tp in list(self.bpf.raw_tracepoint_fds):
+            self.bpf.detach_raw_tracepoint(tp)
 
     def run_stats(self) -> dict[str, tuple[int, int]]:
-        """(run_time_ns, run_cnt) per attached program, from the kernel's fdinfo."""
-        out = {}
-        for tp, fn in PROGRAMS.items():
-            func = self.bpf.funcs.get(fn.encode())
-            if func is None:
-                continue
-            fields = {}
-            for line in Path(f"/proc/self/fdinfo/{func.fd}").read_text().splitlines():
-                key, _, value = line.partition(":")
-                fields[key.strip()] = value.strip()
-            out[tp] = (int(fields.get("run_time_ns", 0)), int(fields.get("run_cnt", 0)))
-        return out
+        """(run_time_ns, run_cnt) per loaded program, from the kernel's fdinfo."""
+        functions = dict(PROGRAMS)
+        if self.raw:
+            functions[SCHED_SWITCH] = RAW_SWITCH_FN
+        return {
+            tp: fd_run_stats(self.bpf, fn)
+            for tp, fn in functions.items()
+            if fn_loaded(self.bpf, fn)
+        }
+
+
+def fn_loaded(bpf: Any, fn: str) -> bool:
+    return fn.encode() in bpf.funcs
+
+
+def fd_run_stats(bpf: Any, fn: str) -> tuple[int, int]:
+    """(run_time_ns, run_cnt) of one program, from the kernel's fdinfo."""
+    fields = {}
+    for line in Path(f"/proc/self/fdinfo/{bpf.funcs[fn.encode()].fd}").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    return int(fields.get("run_time_ns", 0)), int(fields.get("run_cnt", 0))
 
 
 def build_load(tmp: Path) -> Path:
@@ -144,52 +172,74 @@ class PingPong:
 EMPTY_PROGRAMS = """
 TRACEPOINT_PROBE(sched, sched_switch) { return 0; }
 RAW_TRACEPOINT_PROBE(sched_switch) { return 0; }
+TRACEPOINT_PROBE(syscalls, sys_enter_ioctl) { return 0; }
 """
+EMPTY_CLASSIC = ("tracepoint", b"sched:sched_switch", b"tracepoint__sched__sched_switch")
+EMPTY_RAW = ("raw", b"sched_switch", b"raw_tracepoint__sched_switch")
+EMPTY_IOCTL = ("tracepoint", b"syscalls:sys_enter_ioctl", b"tracepoint__syscalls__sys_enter_ioctl")
 
 
-def empty_programs(loaded: Loaded) -> Any:
-    """sched_switch programs that do nothing, as a classic and as a raw tracepoint: the floor
-    each kind of attachment pays (the classic one formats the event before the program runs)."""
-    import bcc  # noqa: PLC0415 (only when benchmarking)
+class EmptyPrograms:
+    """Programs that do nothing on the hooks wattprobe uses: the floor each kind of attachment
+    pays (a classic tracepoint formats the event before the program runs, a raw one does not),
+    and what the BPF statistics add to a program's measured run time."""
 
-    with bcc_environment(loaded.info.headers.environment()):
-        empty = bcc.BPF(text=EMPTY_PROGRAMS, cflags=loaded.info.headers.cflags())
-    empty.detach_tracepoint(b"sched:sched_switch")
-    empty.detach_raw_tracepoint(b"sched_switch")
-    return empty
+    def __init__(self, loaded: Loaded) -> None:
+        import bcc  # noqa: PLC0415 (only when benchmarking)
+
+        with bcc_environment(loaded.info.headers.environment()):
+            self.bpf = bcc.BPF(text=EMPTY_PROGRAMS, cflags=loaded.info.headers.cflags())
+        for empty in (EMPTY_CLASSIC, EMPTY_RAW, EMPTY_IOCTL):
+            self.detach(empty)
+
+    def attach(self, empty: tuple[str, bytes, bytes]) -> None:
+        kind, tp, fn = empty
+        if kind == "raw":
+            self.bpf.attach_raw_tracepoint(tp=tp, fn_name=fn)
+        else:
+            self.bpf.attach_tracepoint(tp=tp, fn_name=fn)
+
+    def detach(self, empty: tuple[str, bytes, bytes]) -> None:
+        kind, tp, _ = empty
+        if kind == "raw":
+            self.bpf.detach_raw_tracepoint(tp)
+        else:
+            self.bpf.detach_tracepoint(tp)
+
+    def run_stats(self, empty: tuple[str, bytes, bytes]) -> tuple[int, int]:
+        return fd_run_stats(self.bpf, empty[2].decode())
 
 
-def pingpong(probes: Probes, empty: Any, binary: Path, rounds: int, trips: int) -> PingPong:
+def pingpong(
+    raw: Probes, classic: Probes, empty: EmptyPrograms, binary: Path, *, rounds: int, trips: int
+) -> PingPong:
     """Runs with no probes, empty sched_switch programs (classic and raw tracepoint), the
-    scheduler probes only, and all probes, rotating the order."""
-    settings: dict[str, tuple[str, ...]] = {
-        "bare": (),
-        "empty": (),
-        "empty_raw": (),
-        "sched": SCHED_ONLY,
-        "all": tuple(PROGRAMS),
+    scheduler probes only and all probes (each with the raw and with the classic sched_switch
+    program), rotating the order."""
+    settings: dict[str, tuple[Probes | None, tuple[str, ...], tuple[str, bytes, bytes] | None]] = {
+        "bare": (None, (), None),
+        "empty": (None, (), EMPTY_CLASSIC),
+        "empty_raw": (None, (), EMPTY_RAW),
+        "sched": (raw, SCHED_ONLY, None),
+        "sched_classic": (classic, SCHED_ONLY, None),
+        "all": (raw, tuple(PROGRAMS), None),
+        "all_classic": (classic, tuple(PROGRAMS), None),
     }
     runs: dict[str, list[float]] = {name: [] for name in settings}
     cpu = str(min(os.sched_getaffinity(0)))
     names = list(settings)
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
-            probes.detach()
-            probes.attach(settings[name])
-            if name == "empty":
-                empty.attach_tracepoint(
-                    tp=b"sched:sched_switch", fn_name=b"tracepoint__sched__sched_switch"
-                )
-            if name == "empty_raw":
-                empty.attach_raw_tracepoint(
-                    tp=b"sched_switch", fn_name=b"raw_tracepoint__sched_switch"
-                )
+            probes, which, empty_prog = settings[name]
+            if probes is not None:
+                probes.attach(which)
+            if empty_prog is not None:
+                empty.attach(empty_prog)
             runs[name].append(run_load(binary, "pingpong", str(trips), cpu, realtime=True))
-            if name == "empty":
-                empty.detach_tracepoint(b"sched:sched_switch")
-            if name == "empty_raw":
-                empty.detach_raw_tracepoint(b"sched_switch")
-    probes.detach()
+            if probes is not None:
+                probes.detach()
+            if empty_prog is not None:
+                empty.detach(empty_prog)
     return PingPong(runs.pop("bare"), runs)
 
 
@@ -247,6 +297,56 @@ def exporter_figures(source: str, log_dir: Path) -> tuple[float, float, float]:
         proc.stop()
 
 
+def program_costs(
+    probes: Probes, binary: Path, trips: int, ioctls: int
+) -> dict[str, tuple[float, int]]:
+    """Mean ns per event of each program, from the kernel's BPF statistics: context switches
+    (a ping-pong run), exec and exit (/bin/true), cgroup events, then ioctls the program lets go
+    ("ioctl filtered") and ioctls it counts ("ioctl counted")."""
+    cpu = str(min(os.sched_getaffinity(0)))
+    with bpf_stats():
+        probes.attach()
+        s0 = probes.run_stats()
+        run_load(binary, "pingpong", str(trips), cpu)
+        for _ in range(100):
+            subprocess.run(["/bin/true"], check=True)
+        cgroup_churn(50)
+        s1 = probes.run_stats()
+        run_load(binary, "ioctl", str(ioctls), hex(TCGETS))
+        s2 = probes.run_stats()
+        run_load(binary, "ioctl", str(ioctls), hex(NVIDIA_CMD))
+        s3 = probes.run_stats()
+        probes.detach()
+    out = per_event(s0, s1)
+    for name, (a, b) in (("ioctl filtered", (s1, s2)), ("ioctl counted", (s2, s3))):
+        if IOCTL in per_event(a, b):
+            out[name] = per_event(a, b)[IOCTL]
+    return out
+
+
+def empty_costs(
+    empty: EmptyPrograms, binary: Path, trips: int, ioctls: int
+) -> dict[str, tuple[float, int]]:
+    """Mean ns per event of programs that do nothing: the BPF statistics' own cost (two clock
+    reads per run) and the call, the floor under every figure above."""
+    cpu = str(min(os.sched_getaffinity(0)))
+    hooks = {
+        "classic sched_switch": EMPTY_CLASSIC,
+        "raw sched_switch": EMPTY_RAW,
+        "sys_enter_ioctl": EMPTY_IOCTL,
+    }
+    with bpf_stats():
+        for hook in hooks.values():
+            empty.attach(hook)
+        before = {name: empty.run_stats(hook) for name, hook in hooks.items()}
+        run_load(binary, "pingpong", str(trips), cpu)
+        run_load(binary, "ioctl", str(ioctls), hex(TCGETS))
+        after = {name: empty.run_stats(hook) for name, hook in hooks.items()}
+        for hook in hooks.values():
+            empty.detach(hook)
+    return per_event(before, after)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15, help="ping-pong runs per setting")
@@ -268,55 +368,50 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmpdir)
         binary = build_load(tmp)
         start = time.perf_counter()
-        loaded = load()
+        loaded = load()  # what serve does: the raw sched_switch program where the kernel has it
         load_s = time.perf_counter() - start
-        probes = Probes(loaded)
-        empty = empty_programs(loaded)
+        loaded_classic = load(raw_switch=False)
+        raw, classic = Probes(loaded), Probes(loaded_classic)
+        empty = EmptyPrograms(loaded)
         try:
-            pp = pingpong(probes, empty, binary, args.rounds, args.trips)
-            syscall_bare, syscall_probe = syscall_cost(probes, binary, args.rounds, 200_000)
-            with bpf_stats():
-                probes.attach()
-                s0 = probes.run_stats()
-                run_load(binary, "pingpong", str(args.trips), str(min(os.sched_getaffinity(0))))
-                for _ in range(100):
-                    subprocess.run(["/bin/true"], check=True)
-                cgroup_churn(50)
-                s1 = probes.run_stats()
-                filtered_call = run_load(binary, "ioctl", str(args.ioctls), hex(TCGETS))
-                s2 = probes.run_stats()
-                counted_call = run_load(binary, "ioctl", str(args.ioctls), hex(NVIDIA_CMD))
-                s3 = probes.run_stats()
-                probes.detach()
+            raw.detach()
+            classic.detach()
+            pp = pingpong(raw, classic, empty, binary, rounds=args.rounds, trips=args.trips)
+            syscall_bare, syscall_probe = syscall_cost(raw, binary, args.rounds, 200_000)
+            costs = {
+                "raw": program_costs(raw, binary, args.trips, args.ioctls),
+                "classic": program_costs(classic, binary, args.trips, args.ioctls),
+            }
+            floors = empty_costs(empty, binary, args.trips, args.ioctls)
         finally:
             loaded.bpf.cleanup()
-            empty.cleanup()
-        sched = per_event(s0, s1)
-        nan = (float("nan"), 0)
-        filtered = per_event(s1, s2).get("syscalls:sys_enter_ioctl", nan)
-        counted = per_event(s2, s3).get("syscalls:sys_enter_ioctl", nan)
+            loaded_classic.bpf.cleanup()
+            empty.bpf.cleanup()
         rss_ebpf, anon_ebpf, read_ebpf = exporter_figures("ebpf", tmp)
         rss_procfs, anon_procfs, read_procfs = exporter_figures("procfs", tmp)
 
     info = loaded.info
-    rows = [("bcc compile + attach at start-up", f"{info.compile_s:.2f} s ({load_s:.2f} s in all)")]
-    for tp in (*SCHED_ONLY, "cgroup:cgroup_attach_task", "cgroup:cgroup_mkdir"):
-        if tp in sched:
-            ns, n = sched[tp]
+    rows = [
+        (
+            "bcc compile + attach at start-up",
+            f"{info.compile_s:.2f} s ({load_s:.2f} s in all); sched_switch: "
+            f"{info.switch_probe} tracepoint",
+        )
+    ]
+    for kind in ("raw", "classic"):
+        ns, n = costs[kind].get(SCHED_SWITCH, (float("nan"), 0))
+        rows.append((f"sched_switch program ({kind}), mean per event", f"{ns:.0f} ns ({n} events)"))
+    for tp in (*SCHED_ONLY[1:], "cgroup:cgroup_attach_task", "cgroup:cgroup_mkdir"):
+        if tp in costs["raw"]:
+            ns, n = costs["raw"][tp]
             rows.append((f"{tp} program, mean per event", f"{ns:.0f} ns ({n} events)"))
+    for kind in ("filtered", "counted"):
+        ns, n = costs["raw"].get(f"ioctl {kind}", (float("nan"), 0))
+        label = "other ioctls (filtered out)" if kind == "filtered" else "'F' ioctls (counted)"
+        rows.append((f"syscalls:sys_enter_ioctl program, {label}", f"{ns:.0f} ns/call ({n} calls)"))
+    for what, (ns, n) in floors.items():
+        rows.append((f"empty program, {what}, mean per event", f"{ns:.0f} ns ({n} events)"))
     rows += [
-        (
-            "syscalls:sys_enter_ioctl program, other ioctls (filtered out)",
-            f"{filtered[0]:.0f} ns/call ({filtered[1]} calls)",
-        ),
-        (
-            "syscalls:sys_enter_ioctl program, 'F' ioctls (counted)",
-            f"{counted[0]:.0f} ns/call ({counted[1]} calls)",
-        ),
-        (
-            "ioctl(2) with the probes and BPF stats on, filtered / counted",
-            f"{filtered_call:.0f} / {counted_call:.0f} ns/call",
-        ),
         (
             "getppid(2), no probes / ioctl probe attached (every syscall pays)",
             f"{syscall_bare:.0f} / {syscall_probe:.0f} ns/call",
@@ -327,10 +422,12 @@ def main(argv: list[str] | None = None) -> int:
         ),
     ]
     for setting, label in (
-        ("empty", "an empty sched_switch program"),
-        ("empty_raw", "an empty raw sched_switch program (not used by wattprobe)"),
-        ("sched", "the scheduler probes"),
-        ("all", "all probes (what wattprobe attaches)"),
+        ("empty", "an empty classic sched_switch program"),
+        ("empty_raw", "an empty raw sched_switch program"),
+        ("sched", "the scheduler probes (raw sched_switch)"),
+        ("sched_classic", "the scheduler probes (classic sched_switch)"),
+        ("all", "all probes, raw sched_switch (what wattprobe attaches)"),
+        ("all_classic", "all probes, classic sched_switch (the fallback)"),
     ):
         mid, low, high = pp.slowdown(setting)
         rows.append(
