@@ -196,15 +196,24 @@ static __always_inline void switch_slice(u64 id, u64 next_tid, bool exiting) {
 
 #ifdef WATTPROBE_RAW_SWITCH
 // Task pointer -> pid_tgid, direct-mapped: a slot holds the last task switched out whose pointer
-// hashes to it. A task on a CPU is named only if it was switched out before (since load) and
-// its slot was not taken over since; otherwise its slice is unnamed until it ends, which only
-// delays the time userspace credits in flight.
+// hashes to it. Reading it saves a helper call per switch (a call costs ~20 ns where returns
+// are mitigated), and it names the task that a CPU switches to, for userspace's time in flight:
+// a task is named if it was switched out before (since load) and its slot was not taken over
+// since; otherwise its slice is unnamed until it ends, which only delays what userspace credits.
+//
+// A task's pid_tgid never changes, except in exec by a thread that is not the leader (it takes
+// the leader's pid: the exec probe refreshes its slot). A task's slot is emptied at its last
+// switch, so a new task that gets the same task_struct is not mistaken for it. Slots are written
+// by any CPU (collisions) without a lock: check = task ^ pid_tgid tells a torn read, which then
+// falls back to the helper.
 struct seen_task {
     u64 task;
     u64 pid_tgid;
+    u64 check;
 };
 
 #define SEEN_SLOTS (1 << WATTPROBE_SEEN_BITS)
+#define TASK_DEAD 0x80  // task->__state at a task's last switch (do_task_dead)
 BPF_ARRAY(seen, struct seen_task, SEEN_SLOTS);
 
 static __always_inline struct seen_task *seen_slot(u64 task) {
@@ -214,25 +223,45 @@ static __always_inline struct seen_task *seen_slot(u64 task) {
     return seen.lookup(&index);
 }
 
+// pid_tgid of task as its slot has it, or 0
+static __always_inline u64 seen_id(struct seen_task *e, u64 task) {
+    u64 t = e->task;
+    u64 id = e->pid_tgid;
+    u64 check = e->check;
+    return (t == task && check == (t ^ id)) ? id : 0;
+}
+
+static __always_inline void seen_store(struct seen_task *e, u64 task, u64 id) {
+    e->check = 0;  // invalid while the other two change
+    e->task = task;
+    e->pid_tgid = id;
+    e->check = task ^ id;
+}
+
 RAW_TRACEPOINT_PROBE(sched_switch) {
-    // args: preempt, prev, next (and prev_state from 5.18 on); prev is current
+    // args: preempt, prev, next, prev_state; prev is current. prev_state is an argument since
+    // 5.18: older kernels refuse a program that reads it, and userspace takes the classic one.
+    u64 prev = ctx->args[1];
     u64 next = ctx->args[2];
+    bool dead = !ctx->args[0] && (ctx->args[3] & TASK_DEAD);
+
     u64 next_tid = 0;
     struct seen_task *n = seen_slot(next);
-    if (n && n->task == next)
-        next_tid = (u32)n->pid_tgid;
+    if (n)
+        next_tid = (u32)seen_id(n, next);
 
-    u64 id = bpf_get_current_pid_tgid();
-    if (id) {
-        u64 task = bpf_get_current_task();
-        struct seen_task *p = seen_slot(task);
-        if (p && (p->task != task || p->pid_tgid != id)) {  // write only on change
-            p->task = task;
-            p->pid_tgid = id;
-        }
+    struct seen_task *p = seen_slot(prev);
+    if (!p)
+        return 0;
+    u64 id = seen_id(p, prev);
+    if (!id) {
+        id = bpf_get_current_pid_tgid();  // 0: the idle task, never remembered
+        if (id && !dead)
+            seen_store(p, prev, id);
+    } else if (dead) {
+        p->check = 0;  // its task_struct may come back as another task
     }
-    // a dead task's last slice is told by the tombstone its exit left (no prev_state needed)
-    switch_slice(id, next_tid, false);
+    switch_slice(id, next_tid, dead);
     return 0;
 }
 #else
@@ -303,6 +332,13 @@ TRACEPOINT_PROBE(sched, sched_process_exec) {
         // the cgroup here also covers a move that raced the entry being made
         v->cgroup_id = bpf_get_current_cgroup_id();
     }
+#ifdef WATTPROBE_RAW_SWITCH
+    // a thread other than the leader that execs takes the leader's pid
+    u64 task = bpf_get_current_task();
+    struct seen_task *e = seen_slot(task);
+    if (e)
+        seen_store(e, task, bpf_get_current_pid_tgid());
+#endif
     return 0;
 }
 #endif
