@@ -245,14 +245,16 @@ def load(
     max_tasks: int = MAX_TASKS,
     max_cgroups: int = MAX_CGROUPS,
     raw_switch: bool | None = None,
+    source: Path | None = None,
 ) -> Loaded:
     """Check, compile and attach. Raises SourceError with a reason from FIXES.
 
     raw_switch: attach sched_switch as a raw tracepoint (True), through tracefs (False), or try
     raw and fall back to tracefs if the kernel refuses it (None; kernels before 4.17 do, and pay
     a second compile).
+    source: another version of bpf/activity.c (benchmarks compare one with the current).
     """
-    source = bpf_source()
+    source = source or bpf_source()
     try:
         import bcc  # noqa: PLC0415 (optional dependency, imported only when eBPF is wanted)
     except ImportError as exc:

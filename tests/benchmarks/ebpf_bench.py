@@ -221,11 +221,18 @@ class EmptyPrograms:
 
 
 def pingpong(
-    raw: Probes, classic: Probes, empty: EmptyPrograms, binary: Path, *, rounds: int, trips: int
+    raw: Probes,
+    classic: Probes,
+    empty: EmptyPrograms,
+    binary: Path,
+    *,
+    rounds: int,
+    trips: int,
+    baseline: Probes | None = None,
 ) -> PingPong:
     """Runs with no probes, empty sched_switch programs (classic and raw tracepoint), the
     scheduler probes only and all probes (each with the raw and with the classic sched_switch
-    program), rotating the order."""
+    program, and the baseline programs if given), rotating the order."""
     settings: dict[str, tuple[Probes | None, tuple[str, ...], tuple[str, bytes, bytes] | None]] = {
         "bare": (None, (), None),
         "empty": (None, (), EMPTY_CLASSIC),
@@ -235,6 +242,9 @@ def pingpong(
         "all": (raw, tuple(PROGRAMS), None),
         "all_classic": (classic, tuple(PROGRAMS), None),
     }
+    if baseline is not None:
+        settings["sched_baseline"] = (baseline, SCHED_ONLY, None)
+        settings["all_baseline"] = (baseline, tuple(PROGRAMS), None)
     runs: dict[str, list[float]] = {name: [] for name in settings}
     cpu = str(min(os.sched_getaffinity(0)))
     names = list(settings)
@@ -418,6 +428,12 @@ def main(argv: list[str] | None = None) -> int:
         "the 0.95 s a real-time task may run per second)",
     )
     parser.add_argument("--ioctls", type=int, default=500_000, help="ioctl calls per phase")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another bpf/activity.c (e.g. `git show main:bpf/activity.c > old.c`) to measure "
+        "alongside, with the classic sched_switch tracepoint, in the same interleaved rounds",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     if os.geteuid() != 0:
@@ -432,21 +448,35 @@ def main(argv: list[str] | None = None) -> int:
         load_s = time.perf_counter() - start
         loaded_classic = load(raw_switch=False)
         raw, classic = Probes(loaded), Probes(loaded_classic)
+        baseline = Probes(load(raw_switch=False, source=args.baseline)) if args.baseline else None
         empty = EmptyPrograms(loaded)
         try:
-            raw.detach()
-            classic.detach()
-            pp = pingpong(raw, classic, empty, binary, rounds=args.rounds, trips=args.trips)
+            for probes in (raw, classic, baseline):
+                if probes is not None:
+                    probes.detach()
+            pp = pingpong(
+                raw,
+                classic,
+                empty,
+                binary,
+                rounds=args.rounds,
+                trips=args.trips,
+                baseline=baseline,
+            )
             syscall_bare, syscall_probe = syscall_cost(raw, binary, args.rounds, 200_000)
             costs = {
                 "raw": program_costs(raw, binary, args.trips, args.ioctls),
                 "classic": program_costs(classic, binary, args.trips, args.ioctls),
             }
+            if baseline is not None:
+                costs["baseline"] = program_costs(baseline, binary, args.trips, args.ioctls)
             floors = empty_costs(empty, binary, args.trips, args.ioctls)
             plain_slice, ioctl_slice = slices_with_ioctls(raw, rounds=9, trips=5000)
         finally:
             loaded.bpf.cleanup()
             loaded_classic.bpf.cleanup()
+            if baseline is not None:
+                baseline.bpf.cleanup()
             empty.bpf.cleanup()
         rss_ebpf, anon_ebpf, read_ebpf = exporter_figures("ebpf", tmp)
         rss_procfs, anon_procfs, read_procfs = exporter_figures("procfs", tmp)
@@ -459,17 +489,24 @@ def main(argv: list[str] | None = None) -> int:
             f"{info.switch_probe} tracepoint",
         )
     ]
-    for kind in ("raw", "classic"):
+    for kind in [k for k in ("raw", "classic", "baseline") if k in costs]:
         ns, n = costs[kind].get(SCHED_SWITCH, (float("nan"), 0))
         rows.append((f"sched_switch program ({kind}), mean per event", f"{ns:.0f} ns ({n} events)"))
     for tp in (*SCHED_ONLY[1:], "cgroup:cgroup_attach_task", "cgroup:cgroup_mkdir"):
         if tp in costs["raw"]:
             ns, n = costs["raw"][tp]
             rows.append((f"{tp} program, mean per event", f"{ns:.0f} ns ({n} events)"))
-    for kind in ("filtered", "counted"):
-        ns, n = costs["raw"].get(f"ioctl {kind}", (float("nan"), 0))
-        label = "other ioctls (filtered out)" if kind == "filtered" else "'F' ioctls (counted)"
-        rows.append((f"syscalls:sys_enter_ioctl program, {label}", f"{ns:.0f} ns/call ({n} calls)"))
+    for calls in ("filtered", "counted"):
+        label = "other ioctls (filtered out)" if calls == "filtered" else "'F' ioctls (counted)"
+        for version in [v for v in ("raw", "baseline") if v in costs]:
+            ns, n = costs[version].get(f"ioctl {calls}", (float("nan"), 0))
+            which = " (baseline)" if version == "baseline" else ""
+            rows.append(
+                (
+                    f"syscalls:sys_enter_ioctl program{which}, {label}",
+                    f"{ns:.0f} ns/call ({n} calls)",
+                )
+            )
     rows.append(
         (
             "sched_switch program (raw), no slice / every slice with an 'F' ioctl to add",
@@ -495,7 +532,11 @@ def main(argv: list[str] | None = None) -> int:
         ("sched_classic", "the scheduler probes (classic sched_switch)"),
         ("all", "all probes, raw sched_switch (what wattprobe attaches)"),
         ("all_classic", "all probes, classic sched_switch (the fallback)"),
+        ("sched_baseline", "the scheduler probes of the baseline"),
+        ("all_baseline", "all probes of the baseline"),
     ):
+        if setting not in pp.runs:
+            continue
         mid, low, high = pp.slowdown(setting)
         rows.append(
             (
