@@ -176,7 +176,7 @@ class PingPong:
 
 
 def lower_quartile(values: list[float]) -> float:
-    return statistics.quantiles(values, n=4)[0]
+    return statistics.quantiles(values, n=4)[0] if len(values) > 1 else values[0]
 
 
 EMPTY_PROGRAMS = """
@@ -417,6 +417,47 @@ def empty_costs(
     return per_event(before, after)
 
 
+# What a raw sched_switch program's parts cost: each variant does one more thing than "empty"
+BREAKDOWN = {
+    "empty": "return 0;",
+    "clock read (bpf_ktime_get_ns)": "return bpf_ktime_get_ns() & 1;",
+    "helper call (bpf_get_current_pid_tgid)": "return bpf_get_current_pid_tgid() & 1;",
+    "helper call + hash look-up by tgid": (
+        "u32 tgid = bpf_get_current_pid_tgid() >> 32; return tasks.lookup(&tgid) != 0;"
+    ),
+}
+BREAKDOWN_MAPS = 'BPF_TABLE("lru_hash", u32, u64, tasks, 32768);\n'
+
+
+def breakdown(loaded: Loaded, binary: Path, rounds: int, trips: int) -> dict[str, float]:
+    """Median ns per event of each BREAKDOWN variant over ping-pong runs, interleaved."""
+    import bcc  # noqa: PLC0415 (only when benchmarking)
+
+    variants = {}
+    for name, body in BREAKDOWN.items():
+        text = f"{BREAKDOWN_MAPS}RAW_TRACEPOINT_PROBE(sched_switch) {{ {body} }}"
+        with bcc_environment(loaded.info.headers.environment()):
+            bpf = bcc.BPF(text=text, cflags=loaded.info.headers.cflags())
+        bpf.detach_raw_tracepoint(b"sched_switch")
+        variants[name] = bpf
+    per_event: dict[str, list[float]] = {name: [] for name in variants}
+    cpu = str(min(os.sched_getaffinity(0)))
+    try:
+        with bpf_stats():
+            for _ in range(rounds):
+                for name, bpf in variants.items():
+                    bpf.attach_raw_tracepoint(tp=b"sched_switch", fn_name=RAW_SWITCH_FN.encode())
+                    ns0, n0 = fd_run_stats(bpf, RAW_SWITCH_FN)
+                    run_load(binary, "pingpong", str(trips), cpu, realtime=True)
+                    ns1, n1 = fd_run_stats(bpf, RAW_SWITCH_FN)
+                    bpf.detach_raw_tracepoint(b"sched_switch")
+                    per_event[name].append((ns1 - ns0) / max(1, n1 - n0))
+    finally:
+        for bpf in variants.values():
+            bpf.cleanup()
+    return {name: statistics.median(values) for name, values in per_event.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15, help="ping-pong runs per setting")
@@ -433,6 +474,12 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="another bpf/activity.c (e.g. `git show main:bpf/activity.c > old.c`) to measure "
         "alongside, with the classic sched_switch tracepoint, in the same interleaved rounds",
+    )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also measure what the parts of a raw sched_switch program cost (clock, helper "
+        "call, hash look-up)",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -472,6 +519,7 @@ def main(argv: list[str] | None = None) -> int:
                 costs["baseline"] = program_costs(baseline, binary, args.trips, args.ioctls)
             floors = empty_costs(empty, binary, args.trips, args.ioctls)
             plain_slice, ioctl_slice = slices_with_ioctls(raw, rounds=9, trips=5000)
+            parts = breakdown(loaded, binary, 9, args.trips) if args.breakdown else {}
         finally:
             loaded.bpf.cleanup()
             loaded_classic.bpf.cleanup()
@@ -513,6 +561,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{plain_slice:.0f} / {ioctl_slice:.0f} ns",
         )
     )
+    for what, ns in parts.items():
+        rows.append((f"raw sched_switch program part: {what}, mean per event", f"{ns:.0f} ns"))
     for what, (ns, n) in floors.items():
         rows.append((f"empty program, {what}, mean per event", f"{ns:.0f} ns ({n} events)"))
     rows += [
