@@ -3,13 +3,13 @@
 // Tracepoint arguments and BPF helpers only, never kernel struct fields, so any kernel headers
 // compile this file. Counters are cumulative; userspace (exporter/sources/ebpf.py) takes deltas.
 //
-// sched_switch runs on every context switch, so it is a raw tracepoint where the kernel has them
-// (4.17+, WATTPROBE_RAW_SWITCH): a classic tracepoint formats its arguments into a buffer before
-// the program runs, which costs more than the program itself. The raw one gets prev and next as
-// task pointers and reads no field of either: current is prev (helpers give its pid, tgid and
-// cgroup), and next's thread id comes from the `seen` cache, filled when a task is switched out.
-// Without raw tracepoints the classic sched:sched_switch program (next_pid from its arguments)
-// does the same job.
+// sched_switch runs on every context switch, so it is a raw tracepoint where the kernel allows
+// it (5.18+, WATTPROBE_RAW_SWITCH): a classic tracepoint formats its arguments into a buffer
+// before the program runs. The raw one gets (preempt, prev, next, prev_state), prev and next as
+// task pointers, and reads no field of either: current is prev (helpers give its pid, tgid and
+// cgroup; the `seen` cache saves the pid helper), and next's thread id comes from `seen`, filled
+// when a task is switched out. Elsewhere the classic sched:sched_switch program (next_pid and
+// prev_state from its arguments) does the same job.
 //
 // Maps (all bounded; sizes come from userspace as -D flags):
 //   tasks    LRU hash, tgid -> task_val   cumulative work of a live process; after it exits the
@@ -204,8 +204,8 @@ static __always_inline void switch_slice(u64 id, u64 next_tid, bool exiting) {
 // A task's pid_tgid never changes, except in exec by a thread that is not the leader (it takes
 // the leader's pid: the exec probe refreshes its slot). A task's slot is emptied at its last
 // switch, so a new task that gets the same task_struct is not mistaken for it. Slots are written
-// by any CPU (collisions) without a lock: check = task ^ pid_tgid tells a torn read, which then
-// falls back to the helper.
+// by any CPU (collisions) without a lock: check = task ^ pid_tgid, so a read that mixes fields
+// of two writes, in whatever order they landed, does not match and falls back to the helper.
 struct seen_task {
     u64 task;
     u64 pid_tgid;
@@ -232,7 +232,6 @@ static __always_inline u64 seen_id(struct seen_task *e, u64 task) {
 }
 
 static __always_inline void seen_store(struct seen_task *e, u64 task, u64 id) {
-    e->check = 0;  // invalid while the other two change
     e->task = task;
     e->pid_tgid = id;
     e->check = task ^ id;

@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import fcntl
 import logging
+import math
 import os
 import platform
 import statistics
@@ -164,10 +165,15 @@ class PingPong:
         return statistics.median(self.runs[setting])
 
     def slowdown(self, setting: str) -> tuple[float, float, float]:
-        """Median, lowest and highest per-round ratio minus one: adjacent runs are compared,
-        so load from other tenants that changes between rounds cancels."""
+        """Median per-round ratio minus one, with a 95 % confidence interval (distribution-free,
+        from order statistics): each run is compared with the bare run of its round, so load
+        from other tenants that changes between rounds cancels."""
         ratios = sorted(on / off - 1 for on, off in zip(self.runs[setting], self.bare, strict=True))
-        return statistics.median(ratios), ratios[0], ratios[-1]
+        n = len(ratios)
+        half_width = 0.98 * math.sqrt(n)  # 1.96 sqrt(n) / 2 ranks either side of the middle
+        low = max(0, math.floor(n / 2 - half_width))
+        high = min(n - 1, math.ceil(n / 2 + half_width) - 1)
+        return statistics.median(ratios), ratios[low], ratios[high]
 
     def quartile_slowdown(self, setting: str) -> float:
         """Ratio of the lower quartiles minus one: interference on a shared VM (steal, other
@@ -220,6 +226,19 @@ class EmptyPrograms:
         return fd_run_stats(self.bpf, empty[2].decode())
 
 
+# ping-pong settings, besides "bare" (no probes), and what each attaches
+SETTINGS = {
+    "empty": "an empty classic sched_switch program",
+    "empty_raw": "an empty raw sched_switch program",
+    "sched": "the scheduler probes (raw sched_switch)",
+    "sched_classic": "the scheduler probes (classic sched_switch)",
+    "all": "all probes, raw sched_switch (what wattprobe attaches)",
+    "all_classic": "all probes, classic sched_switch (the fallback)",
+    "sched_baseline": "the scheduler probes of the baseline",
+    "all_baseline": "all probes of the baseline",
+}
+
+
 def pingpong(
     raw: Probes,
     classic: Probes,
@@ -229,11 +248,11 @@ def pingpong(
     rounds: int,
     trips: int,
     baseline: Probes | None = None,
+    only: tuple[str, ...] = tuple(SETTINGS),
 ) -> PingPong:
-    """Runs with no probes, empty sched_switch programs (classic and raw tracepoint), the
-    scheduler probes only and all probes (each with the raw and with the classic sched_switch
-    program, and the baseline programs if given), rotating the order."""
-    settings: dict[str, tuple[Probes | None, tuple[str, ...], tuple[str, bytes, bytes] | None]] = {
+    """Runs with no probes and with each setting in `only` (SETTINGS; the baseline ones only
+    with a baseline), rotating the order every round."""
+    known: dict[str, tuple[Probes | None, tuple[str, ...], tuple[str, bytes, bytes] | None]] = {
         "bare": (None, (), None),
         "empty": (None, (), EMPTY_CLASSIC),
         "empty_raw": (None, (), EMPTY_RAW),
@@ -243,8 +262,9 @@ def pingpong(
         "all_classic": (classic, tuple(PROGRAMS), None),
     }
     if baseline is not None:
-        settings["sched_baseline"] = (baseline, SCHED_ONLY, None)
-        settings["all_baseline"] = (baseline, tuple(PROGRAMS), None)
+        known["sched_baseline"] = (baseline, SCHED_ONLY, None)
+        known["all_baseline"] = (baseline, tuple(PROGRAMS), None)
+    settings = {name: known[name] for name in ("bare", *only) if name in known}
     runs: dict[str, list[float]] = {name: [] for name in settings}
     cpu = str(min(os.sched_getaffinity(0)))
     names = list(settings)
@@ -476,17 +496,29 @@ def main(argv: list[str] | None = None) -> int:
         "alongside, with the classic sched_switch tracepoint, in the same interleaved rounds",
     )
     parser.add_argument(
+        "--settings",
+        help="comma-separated ping-pong settings to run besides bare (default: all of "
+        f"{', '.join(SETTINGS)})",
+    )
+    parser.add_argument(
+        "--pingpong-only", action="store_true", help="only the ping-pong, none of the rest"
+    )
+    parser.add_argument(
         "--breakdown",
         action="store_true",
         help="also measure what the parts of a raw sched_switch program cost (clock, helper "
         "call, hash look-up)",
     )
     args = parser.parse_args(argv)
+    only = tuple(args.settings.split(",")) if args.settings else tuple(SETTINGS)
+    if unknown := set(only) - set(SETTINGS):
+        parser.error(f"unknown settings: {', '.join(sorted(unknown))}")
     logging.basicConfig(level=logging.WARNING)
     if os.geteuid() != 0:
         print("ebpf_bench: needs root (loads BPF programs, sets kernel.bpf_stats_enabled)")
         return 2
 
+    rows: list[tuple[str, str]] = []
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         binary = build_load(tmp)
@@ -497,6 +529,14 @@ def main(argv: list[str] | None = None) -> int:
         raw, classic = Probes(loaded), Probes(loaded_classic)
         baseline = Probes(load(raw_switch=False, source=args.baseline)) if args.baseline else None
         empty = EmptyPrograms(loaded)
+        info = loaded.info
+        rows.append(
+            (
+                "bcc compile + attach at start-up",
+                f"{info.compile_s:.2f} s ({load_s:.2f} s in all); sched_switch: "
+                f"{info.switch_probe} tracepoint",
+            )
+        )
         try:
             for probes in (raw, classic, baseline):
                 if probes is not None:
@@ -509,36 +549,52 @@ def main(argv: list[str] | None = None) -> int:
                 rounds=args.rounds,
                 trips=args.trips,
                 baseline=baseline,
+                only=only,
             )
-            syscall_bare, syscall_probe = syscall_cost(raw, binary, args.rounds, 200_000)
-            costs = {
-                "raw": program_costs(raw, binary, args.trips, args.ioctls),
-                "classic": program_costs(classic, binary, args.trips, args.ioctls),
-            }
-            if baseline is not None:
-                costs["baseline"] = program_costs(baseline, binary, args.trips, args.ioctls)
-            floors = empty_costs(empty, binary, args.trips, args.ioctls)
-            plain_slice, ioctl_slice = slices_with_ioctls(raw, rounds=9, trips=5000)
-            parts = breakdown(loaded, binary, 9, args.trips) if args.breakdown else {}
+            if not args.pingpong_only:
+                rows += kernel_rows(raw, classic, baseline, empty, binary=binary, args=args)
         finally:
             loaded.bpf.cleanup()
             loaded_classic.bpf.cleanup()
             if baseline is not None:
                 baseline.bpf.cleanup()
             empty.bpf.cleanup()
-        rss_ebpf, anon_ebpf, read_ebpf = exporter_figures("ebpf", tmp)
-        rss_procfs, anon_procfs, read_procfs = exporter_figures("procfs", tmp)
+        rows += pingpong_rows(pp, args.rounds)
+        if not args.pingpong_only:
+            rows += exporter_rows(tmp)
 
-    info = loaded.info
-    rows = [
-        (
-            "bcc compile + attach at start-up",
-            f"{info.compile_s:.2f} s ({load_s:.2f} s in all); sched_switch: "
-            f"{info.switch_probe} tracepoint",
-        )
-    ]
-    for kind in [k for k in ("raw", "classic", "baseline") if k in costs]:
-        ns, n = costs[kind].get(SCHED_SWITCH, (float("nan"), 0))
+    print(f"kernel {platform.release()}, {os.cpu_count()} CPUs; {info.headers.describe()}\n")
+    print("| measure | value |")
+    print("|---|---|")
+    for measure, value in rows:
+        print(f"| {measure} | {value} |")
+    return 0
+
+
+def kernel_rows(
+    raw: Probes,
+    classic: Probes,
+    baseline: Probes | None,
+    empty: EmptyPrograms,
+    *,
+    binary: Path,
+    args: argparse.Namespace,
+) -> list[tuple[str, str]]:
+    """Per-event costs of the programs, and what the ioctl probe costs every syscall."""
+    syscall_bare, syscall_probe = syscall_cost(raw, binary, args.rounds, 200_000)
+    costs = {
+        "raw": program_costs(raw, binary, args.trips, args.ioctls),
+        "classic": program_costs(classic, binary, args.trips, args.ioctls),
+    }
+    if baseline is not None:
+        costs["baseline"] = program_costs(baseline, binary, args.trips, args.ioctls)
+    floors = empty_costs(empty, binary, args.trips, args.ioctls)
+    plain_slice, ioctl_slice = slices_with_ioctls(raw, rounds=9, trips=5000)
+    parts = breakdown(raw.loaded, binary, 9, args.trips) if args.breakdown else {}
+
+    rows = []
+    for kind, cost in costs.items():
+        ns, n = cost.get(SCHED_SWITCH, (float("nan"), 0))
         rows.append((f"sched_switch program ({kind}), mean per event", f"{ns:.0f} ns ({n} events)"))
     for tp in (*SCHED_ONLY[1:], "cgroup:cgroup_attach_task", "cgroup:cgroup_mkdir"):
         if tp in costs["raw"]:
@@ -565,38 +621,41 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((f"raw sched_switch program part: {what}, mean per event", f"{ns:.0f} ns"))
     for what, (ns, n) in floors.items():
         rows.append((f"empty program, {what}, mean per event", f"{ns:.0f} ns ({n} events)"))
-    rows += [
+    rows.append(
         (
             "getppid(2), no probes / ioctl probe attached (every syscall pays)",
             f"{syscall_bare:.0f} / {syscall_probe:.0f} ns/call",
-        ),
+        )
+    )
+    return rows
+
+
+def pingpong_rows(pp: PingPong, rounds: int) -> list[tuple[str, str]]:
+    rows = [
         (
-            f"pipe ping-pong round trip, no probes (median of {args.rounds})",
+            f"pipe ping-pong round trip, no probes (median of {rounds})",
             f"{statistics.median(pp.bare):.0f} ns",
-        ),
+        )
     ]
-    for setting, label in (
-        ("empty", "an empty classic sched_switch program"),
-        ("empty_raw", "an empty raw sched_switch program"),
-        ("sched", "the scheduler probes (raw sched_switch)"),
-        ("sched_classic", "the scheduler probes (classic sched_switch)"),
-        ("all", "all probes, raw sched_switch (what wattprobe attaches)"),
-        ("all_classic", "all probes, classic sched_switch (the fallback)"),
-        ("sched_baseline", "the scheduler probes of the baseline"),
-        ("all_baseline", "all probes of the baseline"),
-    ):
+    for setting, label in SETTINGS.items():
         if setting not in pp.runs:
             continue
         mid, low, high = pp.slowdown(setting)
         rows.append(
             (
-                f"pipe ping-pong, {label}: slowdown (median, range of {args.rounds} paired "
-                "runs; ratio of lower quartiles), median round trip",
+                f"pipe ping-pong, {label}: slowdown (median of {rounds} paired runs, 95 % "
+                "CI; ratio of lower quartiles), median round trip",
                 f"{100 * mid:+.1f} % ({100 * low:+.1f} .. {100 * high:+.1f} %; "
                 f"{100 * pp.quartile_slowdown(setting):+.1f} %), {pp.median(setting):.0f} ns",
             )
         )
-    rows += [
+    return rows
+
+
+def exporter_rows(tmp: Path) -> list[tuple[str, str]]:
+    rss_ebpf, anon_ebpf, read_ebpf = exporter_figures("ebpf", tmp)
+    rss_procfs, anon_procfs, read_procfs = exporter_figures("procfs", tmp)
+    return [
         (
             "exporter RSS after 3 intervals, eBPF / procfs (anonymous part)",
             f"{rss_ebpf:.0f} ({anon_ebpf:.0f}) / {rss_procfs:.0f} ({anon_procfs:.0f}) MiB",
@@ -606,12 +665,6 @@ def main(argv: list[str] | None = None) -> int:
             f"{1e3 * read_ebpf:.1f} / {1e3 * read_procfs:.1f} ms",
         ),
     ]
-    print(f"kernel {platform.release()}, {os.cpu_count()} CPUs; {info.headers.describe()}\n")
-    print("| measure | value |")
-    print("|---|---|")
-    for measure, value in rows:
-        print(f"| {measure} | {value} |")
-    return 0
 
 
 if __name__ == "__main__":
