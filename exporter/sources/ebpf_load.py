@@ -289,7 +289,7 @@ def load(
     switch_probe = CLASSIC if raw_switch is False else RAW
     start = time.perf_counter()
     bpf, error, text = _compile(bcc, source, headers, cflags, switch_probe)
-    if error is not None and raw_switch is None and _raw_attach_failed(error):
+    if error is not None and raw_switch is None and raw_attach_failed(error):
         # the kernel refused the raw tracepoint itself (before 4.17 it has none): the classic
         # one does the same job at a higher cost per context switch
         log.warning(
@@ -349,7 +349,7 @@ def _compile(
     return bpf, error, output[0] if output else ""
 
 
-def _raw_attach_failed(error: Exception) -> bool:
+def raw_attach_failed(error: Exception) -> bool:
     """bcc's errors for loading or attaching the raw tracepoint program."""
     text = str(error)
     return "raw tracepoint" in text or "raw_tracepoint__" in text
