@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.readings import SourceError
-from exporter.sources.ebpf_load import find_tracefs, gpu_device_nodes
-from exporter.sources.kheaders import find_kernel_headers
+from exporter.sources.ebpf_load import gpu_device_nodes
+from tests.ebpfparts import require_ebpf
 from tests.kubecgroups import KubeContainer, kube_container, v2_root
-from tests.realparts import missing, require_binary, require_root
+from tests.realparts import require_binary, require_root
 from tests.running import ExporterProcess, Samples, parse_samples, select, start_exporter
 
 pytestmark = pytest.mark.real
@@ -89,20 +88,6 @@ for i in range(k):
 print("done", flush=True)
 signal.pause()
 """
-
-
-def require_ebpf() -> None:
-    require_root()
-    try:
-        import bcc  # noqa: F401, PLC0415
-    except ImportError:
-        missing("bcc (Debian's python3-bpfcc, bridged into the venv by scripts/setup-debian.sh)")
-    try:
-        find_tracefs()
-        find_kernel_headers()
-    except SourceError as exc:
-        missing(f"{exc.reason}: {exc.detail}")
-    v2_root()
 
 
 @pytest.fixture(scope="module")
