@@ -26,6 +26,7 @@ from exporter.sources.hwmon import HwmonSource, discover_sensors
 from exporter.sources.procfs import ProcfsSource
 from exporter.sources.rapl import FIX_PERMISSION, RaplSource, discover_zones
 from exporter.workloads.cgroup import classify_task
+from exporter.workloads.cgroupns import namespace_root
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +163,7 @@ class GroupCheck:
 
 
 def probe_procfs(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
-    procfs = ProcfsSource(config.procfs)
+    procfs = ProcfsSource(config.procfs, namespace_root(config.cgroup_root))
     try:
         cpu = procfs.cpu_times()
         tasks = procfs.tasks()

@@ -19,6 +19,7 @@ from exporter.sources.hwmon import HwmonSource
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.procfs import ProcfsSource
 from exporter.sources.rapl import RaplSource
+from exporter.workloads.cgroupns import namespace_root
 from exporter.workloads.gpus import NvmlDirectory
 from exporter.workloads.kube import KubeWorkloads
 
@@ -79,7 +80,7 @@ def activity_source(
 def build_monitor(config: Config, progress: Progress | None = None) -> Monitor:
     """progress: where slow start-up work (compiling the eBPF programs) reports what it waits
     for; None: plain log lines."""
-    procfs = ProcfsSource(config.procfs)
+    procfs = ProcfsSource(config.procfs, namespace_root(config.cgroup_root))
     model = None
     if config.enabled("estimate"):
         model = partial(

@@ -17,8 +17,6 @@ DOCS = REPO / "docs"
 SVG = DOCS / "attribution.svg"
 GENERATOR = DOCS / "diagrams" / "attribution.py"
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-# docs/gpu.md links metrics-gpu.md, which was folded into metrics.md when the GPU branch merged
-KNOWN_BROKEN = {("gpu.md", "metrics-gpu.md")}
 
 
 def generator() -> ModuleType:
@@ -60,16 +58,6 @@ def test_relative_links_resolve(path: Path) -> None:
         target = match.group(1)
         if target.startswith(("http://", "https://", "#", "mailto:")):
             continue
-        if (path.name, target) in KNOWN_BROKEN:
-            continue
         if not (path.parent / target.split("#")[0]).exists():
             broken.append(target)
     assert not broken, f"{path.name} links to missing files: {broken}"
-
-
-def test_known_broken_links_are_still_broken() -> None:
-    """So that the exception above is removed once the link is fixed."""
-    for doc, target in KNOWN_BROKEN:
-        assert not (DOCS / target).exists(), (
-            f"{doc} -> {target} works now: drop it from KNOWN_BROKEN"
-        )

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Merge Debian's split kernel headers (linux-headers-<ver>-common + linux-headers-<ver>-<arch>)
-# into one tree that bcc can use through BCC_KERNEL_SOURCE, which takes a single directory.
-# Used by deploy/Dockerfile at build time and by tests/deploy/test_capabilities.py.
+# into one self-contained tree (include/linux/kconfig.h and include/generated/autoconf.h side by
+# side), which the agent takes as --ebpf.kernel-headers / WATTPROBE_EBPF_KERNEL_HEADERS.
+# Used by deploy/Dockerfile at build time and by tests/deploy/test_capabilities.py, which loads
+# the agent's probes against the result (wattprobe check/serve --ebpf.kernel-headers).
 #   merge-kernel-headers.sh [SRC_DIR [DEST_DIR]]   defaults: /usr/src /opt/wattprobe/kernel-headers
 set -eu
 src=${1:-/usr/src}
@@ -20,4 +22,8 @@ for dir in "$arch"/arch/*; do
 done
 cp -a "$arch/include" "$arch/arch" "$dest/"
 echo "$version" > "$dest/.version"
+# what exporter/sources/kheaders.py takes as a full tree: fail the image build, not the agent
+for needed in include/linux/kconfig.h include/generated/autoconf.h include/generated/utsrelease.h; do
+  [ -f "$dest/$needed" ] || { echo "merge-kernel-headers: no $needed in $dest" >&2; exit 1; }
+done
 echo "merge-kernel-headers: $common + $arch -> $dest" >&2

@@ -38,6 +38,7 @@ from exporter.sources.ebpf_load import (
 )
 from exporter.sources.procfs import CLOCK_TICKS, PF_KTHREAD, parse_stat
 from exporter.workloads.cgroup_ids import CgroupIdIndex, find_v2_root
+from exporter.workloads.cgroupns import HOST_ROOT, namespace_root, to_host_path
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +56,10 @@ N_STATS = 7
 class ProcReader:
     """The /proc look-ups the accounting needs, through a configurable root."""
 
-    def __init__(self, procfs: Path, cgroup2: Path) -> None:
+    def __init__(self, procfs: Path, cgroup2: Path, cgroupns_root: str = HOST_ROOT) -> None:
         self._root = str(procfs)
         self._cgroup2 = cgroup2
+        self._cgroupns_root = cgroupns_root  # /proc shows cgroup paths relative to it
 
     def info(self, tgid: int) -> ProcInfo | None:
         try:
@@ -85,6 +87,7 @@ class ProcReader:
             with open(f"{self._root}/{tgid}/cgroup") as f:
                 lines = f.read().splitlines()
             path = next(ln[3:] for ln in lines if ln.startswith("0::"))
+            path = to_host_path(path, self._cgroupns_root)
             return (self._cgroup2 / path.lstrip("/")).stat().st_ino
         except (OSError, StopIteration):
             return None
@@ -119,6 +122,7 @@ class EbpfSource:
         *,
         monotonic_ns: Callable[[], int] = time.monotonic_ns,
         boot_ns: Callable[[], int] = lambda: time.clock_gettime_ns(time.CLOCK_BOOTTIME),
+        cgroupns_root: str = HOST_ROOT,
     ) -> None:
         self._bpf = loaded.bpf
         self._libbcc = importlib.import_module("bcc.libbcc").lib
@@ -130,7 +134,7 @@ class EbpfSource:
         mkdir = "cgroup:cgroup_mkdir" in loaded.info.tracepoints
         self._cgroup_paths = self._bpf[b"cgroup_paths"] if mkdir else None
         self._cgroups = cgroups
-        self._accounting = Accounting(ProcReader(procfs, cgroups.root), cgroups)
+        self._accounting = Accounting(ProcReader(procfs, cgroups.root, cgroupns_root), cgroups)
         self._monotonic_ns = monotonic_ns
         self._boot_ns = boot_ns
         self._batch = True
@@ -146,8 +150,13 @@ class EbpfSource:
         cgroupfs: Path,
         kernel_headers: Path | None = None,
         gpu_ioctls: GpuIoctls = GpuIoctls.AUTO,
+        *,
+        raw_switch: bool | None = None,
     ) -> EbpfSource:
-        """Check, compile, attach: raises SourceError with a reason from ebpf_load.FIXES."""
+        """Check, compile, attach: raises SourceError with a reason from ebpf_load.FIXES.
+
+        raw_switch: see ebpf_load.load (None: a raw sched_switch tracepoint where the kernel
+        has them, else the classic one)."""
         if not (procfs / "self" / "stat").is_file():
             # the probes report the kernel's own pids: they must be looked up in a live /proc
             raise SourceError(NOT_LIVE_PROCFS, f"{procfs} is not a live procfs (no self/stat)")
@@ -162,11 +171,11 @@ class EbpfSource:
             ioctls = bool(gpu_device_nodes())
         else:
             ioctls = gpu_ioctls is GpuIoctls.ON
-        loaded = load(kernel_headers, ioctls=ioctls)
+        loaded = load(kernel_headers, ioctls=ioctls, raw_switch=raw_switch)
         index = CgroupIdIndex(root)
         index.walk()
         log.info("eBPF activity source loaded: %s; cgroup v2 at %s", loaded.info.describe(), root)
-        return cls(loaded, procfs, index)
+        return cls(loaded, procfs, index, cgroupns_root=namespace_root(cgroupfs))
 
     def close(self) -> None:
         """Detach the probes and free the maps."""

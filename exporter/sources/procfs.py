@@ -9,6 +9,7 @@ from pathlib import Path
 
 from exporter.readings import CpuTimes, SourceError, TaskSample
 from exporter.sources.files import short_error as _short
+from exporter.workloads.cgroupns import HOST_ROOT, to_host_file
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +76,11 @@ class ProcfsSource:
 
     name = "procfs"
 
-    def __init__(self, procfs: Path) -> None:
+    def __init__(self, procfs: Path, cgroup_namespace_root: str = HOST_ROOT) -> None:
         self.procfs = procfs
         self._root = str(procfs)
+        # host path of this process's cgroup namespace root (exporter.workloads.cgroupns)
+        self._cgroupns_root = cgroup_namespace_root
 
     def cpu_times(self) -> CpuTimes:
         try:
@@ -103,7 +106,7 @@ class ProcfsSource:
                 with open(f"{base}/stat", encoding="utf-8", errors="replace") as f:
                     stat = parse_stat(f.read())
                 with open(f"{base}/cgroup", encoding="utf-8", errors="replace") as f:
-                    cgroup = f.read()
+                    cgroup = to_host_file(f.read(), self._cgroupns_root)
             except (FileNotFoundError, ProcessLookupError):
                 continue  # exited between listing and reading
             except (OSError, ValueError) as exc:

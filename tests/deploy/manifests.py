@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import functools
+import json
 import os
 import re
 import subprocess
@@ -10,14 +12,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import yaml
 
 from tests.realparts import require_binary
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
+CRDS = Path(__file__).parent / "crds"
 OVERLAYS = ("default", "kubeedge", "gpu-only", "privileged")
-COMPONENTS = ("nvidia-runtimeclass", "kubelet-fine-grained-authz")
+COMPONENTS = ("nvidia-runtimeclass", "kubelet-fine-grained-authz", "web-config")
 IMAGE_REPOSITORY = "ghcr.io/wattprobe/wattprobe"
 
 Obj = dict[str, Any]
@@ -44,8 +48,9 @@ def _built(overlay: str) -> tuple[Obj, ...]:
 
 
 def build(overlay: str) -> list[Obj]:
-    """The overlay's objects (built once per test session; callers get their own list)."""
-    return [dict(obj) for obj in _built(overlay)]
+    """The overlay's objects (built once per test session; callers get their own deep copy,
+    which they may change)."""
+    return copy.deepcopy(list(_built(overlay)))
 
 
 def build_with_components(tmp: Path, overlay: str, *components: str) -> list[Obj]:
@@ -89,3 +94,10 @@ def env_of(container: Obj) -> dict[str, str | None]:
 
 def version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text))
+
+
+def operator_validator(kind: str) -> jsonschema.Draft202012Validator:
+    """The vendored Prometheus Operator schema of ServiceMonitor or PrometheusRule."""
+    schema: dict[str, Any] = json.loads((CRDS / f"{kind.lower()}.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)

@@ -8,7 +8,6 @@ the Prometheus Operator v0.80.1 schemas vendored in tests/deploy/crds (see vendo
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +24,10 @@ from tests.deploy.manifests import (
     build_with_components,
     of_kind,
     one,
+    operator_validator,
     version_tuple,
 )
 
-CRDS = Path(__file__).parent / "crds"
 OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule"}
 OLDEST_SUPPORTED = (1, 29)
 KUBE_VERSIONS = [v for v in kv_utils.all_versions() if version_tuple(v)[:2] >= OLDEST_SUPPORTED]
@@ -55,6 +54,25 @@ def test_overlay_builds(overlay: str) -> None:
 def test_components_build(tmp_path: Path) -> None:
     objs = build_with_components(tmp_path, "gpu-only", *COMPONENTS)
     assert one(objs, "DaemonSet")["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+@pytest.mark.parametrize("overlay", ["default", "kubeedge"])
+def test_component_output_validates(tmp_path: Path, overlay: str, component: str) -> None:
+    """Each component on an overlay: built-in kinds strictly for every supported Kubernetes
+    version, the Operator's kinds against their CRD schemas."""
+    for obj in build_with_components(tmp_path, overlay, component):
+        name = f"{obj['kind']}/{obj['metadata']['name']}"
+        if obj["kind"] in OPERATOR_KINDS:
+            validator = _operator_validator(obj["kind"])
+            errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(obj)]
+            assert not errors, f"{name}: {errors}"
+            continue
+        for version in KUBE_VERSIONS:
+            try:
+                _validate_builtin(obj, version)
+            except kubernetes_validate.ValidationError as exc:
+                pytest.fail(f"{name} on {version}: {'.'.join(map(str, exc.path))}: {exc}")
 
 
 def _validate_builtin(obj: Obj, version: str) -> str:
@@ -88,9 +106,7 @@ def test_strict_validation_has_teeth() -> None:
 
 
 def _operator_validator(kind: str) -> jsonschema.Draft202012Validator:
-    schema: dict[str, Any] = json.loads((CRDS / f"{kind.lower()}.schema.json").read_text())
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+    return operator_validator(kind)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -1,8 +1,10 @@
 """The DaemonSet's capability list is enough, for real: as uid 0 with exactly the capabilities it
 adds (setpriv drops the rest, as the container runtime does), bcc loads tracepoint programs
-(the repository's bpf/*.c when present, and a probe like DESIGN.md's), `wattprobe check` reads
-a host tree whose RAPL counters are 0400 root, and without BPF or PERFMON the load fails.
-The image's header fallback (deploy/image/) is exercised the same way.
+(a probe like DESIGN.md's, and the agent's own bpf/activity.c through `wattprobe check` and a
+running `wattprobe serve`), `wattprobe check` reads a host tree whose RAPL counters are 0400 root,
+and without BPF or PERFMON the load fails. The image's kernel headers (merged by
+deploy/image/merge-kernel-headers.sh, named by WATTPROBE_EBPF_KERNEL_HEADERS) are what the agent
+compiles against on a node without headers for its running kernel.
 """
 
 from __future__ import annotations
@@ -10,19 +12,24 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.deploy.manifests import DEPLOY, build
+from tests.deploy.manifests import DEPLOY, build, env_of
 from tests.fixturehost import FixtureHost
 from tests.realparts import missing, require_binary, require_root
+from tests.running import parse_samples, select, start_exporter
 
 DEBIAN_PYTHON = "/usr/bin/python3"  # python3-bpfcc is built for Debian's python
 IMAGE_DIR = DEPLOY / "image"
+IMAGE_HEADERS = "/opt/wattprobe/kernel-headers"  # where deploy/Dockerfile puts the merged tree
 CAP_NUMBERS = {"SYS_PTRACE": 19, "DAC_READ_SEARCH": 2, "SYS_RESOURCE": 24, "PERFMON": 38, "BPF": 39}
 
 PROBE = r"""
@@ -54,12 +61,35 @@ print(json.dumps({"counted": counted, "headers": os.environ.get("BCC_KERNEL_SOUR
 """
 
 
+def _agent_container(overlay: str = "default") -> dict[str, Any]:
+    (ds,) = [o for o in build(overlay) if o["kind"] == "DaemonSet"]
+    container: dict[str, Any] = ds["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
 def _manifest_capabilities() -> list[str]:
-    (ds,) = [o for o in build("default") if o["kind"] == "DaemonSet"]
-    added: list[str] = ds["spec"]["template"]["spec"]["containers"][0]["securityContext"][
-        "capabilities"
-    ]["add"]
+    added: list[str] = _agent_container()["securityContext"]["capabilities"]["add"]
     return added
+
+
+def _manifest_ebpf_env(headers: Path) -> dict[str, str]:
+    """The DaemonSet's eBPF settings, with the image's header path replaced by this machine's
+    copy of the same tree (the /host/... paths only exist in the pod)."""
+    env = {
+        name: value
+        for name, value in env_of(_agent_container()).items()
+        if value is not None and name.startswith(("WATTPROBE_ACTIVITY_", "WATTPROBE_EBPF_"))
+    }
+    assert env["WATTPROBE_EBPF_KERNEL_HEADERS"] == IMAGE_HEADERS
+    return env | {"WATTPROBE_EBPF_KERNEL_HEADERS": str(headers)}
+
+
+def _without_running_kernel_headers() -> None:
+    """The agent's first choice is /lib/modules/$(uname -r)/build; only without it is the
+    configured tree used, which is what a node without kernel headers looks like."""
+    build_dir = Path("/lib/modules") / os.uname().release / "build"
+    if build_dir.exists():
+        missing(f"a machine without headers for its running kernel ({build_dir} exists)")
 
 
 def _bounding_set() -> int:
@@ -141,9 +171,9 @@ def test_manifest_capabilities_load_the_ebpf_programs(
     assert proc.returncode == 0, f"probe.c with {caps}:\n{proc.stderr[-2000:]}"
     assert json.loads(proc.stdout)["counted"] > 0, "sched_switch never fired"
     # the repository's own programs, loaded the way the agent loads them (its header search,
-    # its cflags), with exactly these capabilities
+    # its cflags), with exactly these capabilities and the DaemonSet's eBPF settings
     check = [sys.executable, "-m", "exporter", "check", "--json", "--activity-source", "ebpf"]
-    proc = _as_agent(real_bcc, caps, check)
+    proc = _as_agent(real_bcc, caps, check, _manifest_ebpf_env(generic_headers))
     report = {s["source"]: s for s in json.loads(proc.stdout)["sources"]}
     assert report["ebpf"]["ok"], f"bpf/*.c with {caps}: {report['ebpf']}\n{proc.stderr[-2000:]}"
 
@@ -184,12 +214,26 @@ def test_root_without_dac_capabilities_reads_the_host(
     assert rapl["ok"], rapl
 
 
+def _ebpf_check(setpriv: str, headers: Path) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "exporter", "check", "--json", "--activity-source", "ebpf"]
+    proc = _as_agent(
+        setpriv, _grantable(_manifest_capabilities()), argv, _manifest_ebpf_env(headers)
+    )
+    report = {s["source"]: s for s in json.loads(proc.stdout)["sources"]}
+    result: dict[str, Any] = report["ebpf"]
+    return result
+
+
 @pytest.mark.real
 @pytest.mark.slow
-def test_image_header_fallback_compiles_with_generic_headers(real_bcc: str, tmp_path: Path) -> None:
+def test_the_agent_compiles_against_the_image_headers(real_bcc: str, tmp_path: Path) -> None:
     """deploy/image/merge-kernel-headers.sh on this machine's generic Debian headers (the
-    linux-headers-amd64 the image installs), then the image's wattprobe wrapper on a node
-    without host headers: bcc must compile against the merged tree."""
+    linux-headers-amd64 the image installs), then `wattprobe check --activity-source ebpf` as the
+    DaemonSet runs it (its capabilities, its WATTPROBE_EBPF_* variables) on a node without
+    headers for its running kernel: the agent's own header search must take the merged tree,
+    say so, and compile against it. Outside the image no wrapper or BCC_KERNEL_SOURCE is
+    involved, so `kubectl exec ... wattprobe check` makes the same choice as the agent."""
+    _without_running_kernel_headers()
     merged = tmp_path / "kernel-headers"
     subprocess.run(
         ["sh", str(IMAGE_DIR / "merge-kernel-headers.sh"), "/usr/src", str(merged)],
@@ -197,24 +241,122 @@ def test_image_header_fallback_compiles_with_generic_headers(real_bcc: str, tmp_
         timeout=300,
         capture_output=True,
     )
-    assert (merged / "include" / "linux" / "types.h").exists()
-    assert (merged / "include" / "generated" / "autoconf.h").exists()
-    no_host_headers = tmp_path / "modules"
-    no_host_headers.mkdir()
-    loader = tmp_path / "loader.py"
-    loader.write_text(LOADER)
-    env = {
-        "WATTPROBE_HOST_MODULES": str(no_host_headers),
-        "WATTPROBE_GENERIC_HEADERS": str(merged),
-        "WATTPROBE_REAL_BINARY": DEBIAN_PYTHON,
-    }
-    wrapper = str(IMAGE_DIR / "wattprobe-wrapper.sh")
+    ebpf = _ebpf_check(real_bcc, merged)
+    assert ebpf["ok"], ebpf
+    version = (merged / ".version").read_text().strip()
+    # e.g. "configured headers 6.1.0-56-amd64 (<merged>)": the release the tree was made for
+    said = rf"configured headers {re.escape(version)}-\S+ \({re.escape(str(merged))}\)"
+    assert re.search(said, ebpf["found"]), ebpf["found"]
+    # and the tree is really what was compiled against: without it the same check fails
+    # (a configured tree is never silently replaced by another one)
+    ebpf = _ebpf_check(real_bcc, tmp_path / "nothing-here")
+    assert not ebpf["ok"]
+    assert ebpf["reason"].startswith("no kernel headers: --ebpf.kernel-headers"), ebpf
+    broken = tmp_path / "broken"
+    subprocess.run(["cp", "-a", str(merged), str(broken)], check=True, timeout=120)
+    (broken / "include" / "linux" / "types.h").unlink()
+    ebpf = _ebpf_check(real_bcc, broken)
+    assert not ebpf["ok"] and ebpf["reason"].startswith("compile failed"), ebpf
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_the_agent_serves_ebpf_activity_with_the_manifest_capabilities(
+    real_bcc: str, generic_headers: Path, tmp_path: Path
+) -> None:
+    """`wattprobe serve` as the DaemonSet runs it, for a few intervals: the eBPF source stays up
+    (map batch reads, the cgroup tracepoints) and names another user's busy process from its
+    /proc/<pid>/stat, all with the manifest's capabilities only."""
     caps = _grantable(_manifest_capabilities())
-    probe = str(_probe(tmp_path))
-    proc = _as_agent(real_bcc, caps, [wrapper, str(loader), probe], env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout)["headers"] == str(merged)
-    # and the headers are really what bcc used: a broken tree fails the same compile
-    env["WATTPROBE_GENERIC_HEADERS"] = str(tmp_path / "nothing-here")
-    proc = _as_agent(real_bcc, caps, [wrapper, str(loader), probe], env)
-    assert proc.returncode != 0
+    bounding = ",".join(["-all", *(f"+{c.lower()}" for c in caps)])
+    prefix = [real_bcc, f"--bounding-set={bounding}", "--inh-caps=-all", "--"]
+    nobody = [real_bcc, "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+    busy = subprocess.Popen([*nobody, "sh", "-c", "while :; do :; done"])
+    exporter = None
+    try:
+        exporter = start_exporter(
+            ["--activity-source", "ebpf", "--interval", "1s", "--collector.process"],
+            tmp_path,
+            env=_manifest_ebpf_env(generic_headers),
+            wait="/readyz",
+            prefix=prefix,
+        )
+        exporter.wait_next_interval()
+        samples = parse_samples(exporter.wait_next_interval())
+        assert select(samples, "wattprobe_source_up", source="ebpf") == {
+            frozenset({("source", "ebpf"), ("reason", "")}): 1.0
+        }, exporter.log()
+        busy_energy = select(
+            samples, "wattprobe_process_energy_joules_total", pid=str(busy.pid), comm="sh"
+        )
+        assert busy_energy and max(busy_energy.values()) > 0, exporter.log()
+        log = exporter.log()
+        loaded = re.search(r"eBPF activity source loaded: tracepoints ([^;]*);", log)
+        assert loaded, log
+        attached = loaded.group(1).split(", ")
+        tracefs = Path("/sys/kernel/tracing/events/cgroup")
+        for event in ("cgroup_mkdir", "cgroup_attach_task"):
+            if (tracefs / event).is_dir():
+                assert f"cgroup:{event}" in attached, log
+        assert "batch reads unavailable" not in log, log
+        assert "Traceback" not in log, log
+    finally:
+        if exporter is not None:
+            exporter.stop()
+        busy.kill()
+        busy.wait()
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_uid_0_is_what_spares_dac_read_search(real_bcc: str, generic_headers: Path) -> None:
+    """Why the DaemonSet runs as uid 0 rather than as a user with capabilities: tracefs is
+    root's (mode 0700), so a non-root agent with BPF and PERFMON cannot even find the
+    tracepoints (a clean "permission denied" from `wattprobe check`, not a crash) and needs
+    DAC_READ_SEARCH, which the manifest deliberately leaves out (it allows open_by_handle_at on
+    any host file)."""
+    if Path("/sys/kernel/tracing").stat().st_mode & 0o005:
+        missing("tracefs with its default mode 0700 (this one is readable by others)")
+    nobody = [real_bcc, "--reuid=65534", "--regid=65534", "--clear-groups"]
+    probe = subprocess.run(
+        [*nobody, "--", sys.executable, "-c", "import exporter"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+        cwd="/",
+    )
+    if probe.returncode != 0:
+        missing("a checkout and venv that uid 65534 can read")
+
+    # pytest's tmp dirs are 0700 root: give nobody its own copy of the image's headers
+    shared = Path(tempfile.mkdtemp(prefix="wattprobe-headers-"))
+    shared.chmod(0o755)
+    headers = shared / "kernel-headers"
+    subprocess.run(["cp", "-a", str(generic_headers), str(headers)], check=True, timeout=120)
+
+    def check_as_nobody(caps: str) -> dict[str, Any]:
+        argv = [
+            *nobody,
+            f"--inh-caps={caps}",
+            f"--ambient-caps={caps}",
+            "--",
+            *(sys.executable, "-m", "exporter", "check", "--json", "--activity-source", "ebpf"),
+        ]
+        env = {k: v for k, v in os.environ.items() if k != "BCC_KERNEL_SOURCE"}
+        env |= _manifest_ebpf_env(headers)
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=180, check=False, env=env, cwd="/"
+        )
+        assert "Traceback" not in proc.stderr and proc.stdout, proc.stderr
+        report = {s["source"]: s for s in json.loads(proc.stdout)["sources"]}
+        result: dict[str, Any] = report["ebpf"]
+        return result
+
+    try:
+        without = check_as_nobody("+bpf,+perfmon")
+        assert not without["ok"] and without["reason"].startswith("permission denied"), without
+        assert "tracefs" in without["reason"] and "CAP_DAC_READ_SEARCH" in without["fix"]
+        with_dac = check_as_nobody("+bpf,+perfmon,+dac_read_search")
+        assert with_dac["ok"], with_dac
+    finally:
+        shutil.rmtree(shared)

@@ -1,7 +1,8 @@
 """deploy/Dockerfile, checked as far as a machine without a container engine allows: its stages,
 that every apt package it installs exists in Debian 12, that every COPY source exists and is
 not excluded from the build context, that each RUN parses as shell, that the wheel builds from
-exactly the files it copies and carries the console script the ENTRYPOINT runs, and that the
+exactly the files it copies and carries the console script the ENTRYPOINT runs, that the
+generic kernel headers land where the image and the DaemonSets point the agent, and that the
 image version, the manifests' tag and exporter.__version__ agree."""
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from pathlib import Path
 import pytest
 
 from exporter import __version__
-from tests.deploy.manifests import DEPLOY, IMAGE_REPOSITORY, REPO
+from tests.deploy.manifests import DEPLOY, IMAGE_REPOSITORY, OVERLAYS, REPO, build, env_of, of_kind
 from tests.realparts import missing, require_binary
 
 DOCKERFILE = DEPLOY / "Dockerfile"
 IGNORE = DEPLOY / "Dockerfile.dockerignore"
+VENV = "/opt/wattprobe/venv"
 
 
 @dataclass(frozen=True)
@@ -191,21 +193,49 @@ def test_entrypoint_runs_the_console_script_of_the_wheel(tmp_path: Path) -> None
         assert "wattprobe = exporter.cli:main" in archive.read(entry_points).decode()
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["wattprobe"] == "exporter.cli:main"
-    # ENTRYPOINT is the wrapper, which execs the venv's console script
+    # ENTRYPOINT is the venv's console script itself, and the same script is the first
+    # `wattprobe` on PATH, so `kubectl exec ... wattprobe check` runs what the agent runs
     entrypoint = next(i.args for i in _instructions() if i.op == "ENTRYPOINT")
-    assert entrypoint == '["/usr/local/bin/wattprobe"]'
-    wrapper = (DEPLOY / "image" / "wattprobe-wrapper.sh").read_text()
-    assert "/opt/wattprobe/venv/bin/wattprobe" in wrapper
-    assert "COPY deploy/image/wattprobe-wrapper.sh /usr/local/bin/wattprobe" in (
-        DOCKERFILE.read_text()
-    )
+    assert entrypoint == f'["{VENV}/bin/wattprobe"]'
+    assert f"python3 -m venv {VENV}" in DOCKERFILE.read_text()
+    path = _env()["PATH"].split(":")
+    assert path[0] == f"{VENV}/bin", path
 
 
-def test_generic_headers_land_where_the_wrapper_looks() -> None:
-    wrapper = (DEPLOY / "image" / "wattprobe-wrapper.sh").read_text()
-    default = re.search(r"WATTPROBE_GENERIC_HEADERS:-(\S+?)\}", wrapper)
-    assert default
-    assert f"merge-kernel-headers /usr/src {default.group(1)}" in DOCKERFILE.read_text()
+def _env() -> dict[str, str]:
+    """The final stage's ENV (KEY=VALUE pairs)."""
+    last = max(i.stage for i in _instructions())
+    env: dict[str, str] = {}
+    for i in _instructions():
+        if i.op == "ENV" and i.stage == last:
+            for pair in shlex.split(i.args):
+                name, _, value = pair.partition("=")
+                env[name] = value
+    return env
+
+
+def test_no_wrapper_decides_for_the_agent() -> None:
+    """Header choice is the agent's own (exporter/sources/kheaders.py): nothing in the image
+    sets BCC_KERNEL_SOURCE or shadows the console script."""
+    text = DOCKERFILE.read_text()
+    assert "BCC_KERNEL_SOURCE" not in text
+    assert "/usr/local/bin/wattprobe" not in text
+    assert not list((DEPLOY / "image").glob("*wrapper*"))
+
+
+def test_generic_headers_land_where_the_agent_is_pointed() -> None:
+    """The merged tree is built to the path the image's ENV and every DaemonSet name in
+    WATTPROBE_EBPF_KERNEL_HEADERS, and no host mount of the DaemonSet covers that path."""
+    headers = _env()["WATTPROBE_EBPF_KERNEL_HEADERS"]
+    assert f"merge-kernel-headers /usr/src {headers}" in DOCKERFILE.read_text()
+    assert f"COPY --from=headers {headers} {headers}" in DOCKERFILE.read_text()
+    for overlay in OVERLAYS:
+        for ds in of_kind(build(overlay), "DaemonSet"):
+            container = ds["spec"]["template"]["spec"]["containers"][0]
+            assert env_of(container)["WATTPROBE_EBPF_KERNEL_HEADERS"] == headers, overlay
+            for mount in container.get("volumeMounts", []):
+                covered = Path(headers).is_relative_to(mount["mountPath"])
+                assert not covered, f"{mount['mountPath']} would hide {headers} ({overlay})"
 
 
 def test_versions_agree() -> None:

@@ -198,6 +198,54 @@ def test_env_vars_name_real_flags() -> None:
                     assert var in known or var in PENDING_FLAGS, (overlay, name, var)
 
 
+def test_env_var_values_are_valid_for_their_flags() -> None:
+    """A bad value (a misspelt choice, a bad duration) would stop every agent at start-up."""
+    serve = cli.commands["serve"]
+    ctx = click.Context(serve)
+    options = {
+        envvar: param
+        for param in serve.params
+        if isinstance(param, click.Option) and param.envvar
+        for envvar in ([param.envvar] if isinstance(param.envvar, str) else param.envvar)
+    }
+    checked = 0
+    for overlay in OVERLAYS:
+        for name, _spec, container in _all_containers(build(overlay)):
+            for var, value in env_of(container).items():
+                if var in options and value is not None:
+                    try:
+                        options[var].process_value(ctx, value)
+                    except click.BadParameter as exc:
+                        pytest.fail(f"{overlay}/{name}: {var}={value!r}: {exc.format_message()}")
+                    checked += 1
+    assert checked >= 8 * len(OVERLAYS)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_ebpf_settings(overlay: str) -> None:
+    """The agent's eBPF needs (docs/ebpf.md, "Deployment needs"): the host's cgroup tree from its
+    root, tracefs, the host's kernel-header paths, the image's generic headers, and the ioctl
+    probe only where GPUs are (every node of gpu-only; elsewhere when the pod's /dev has GPU
+    device nodes, i.e. the NVIDIA runtime gave it the node's GPUs)."""
+    for ds in _agents(build(overlay)):
+        env = env_of(_pod(ds)["containers"][0])
+        assert env["WATTPROBE_ACTIVITY_SOURCE"] == "auto"
+        assert env["WATTPROBE_EBPF_KERNEL_HEADERS"] == "/opt/wattprobe/kernel-headers"
+        assert env["WATTPROBE_EBPF_GPU_IOCTLS"] == ("on" if overlay == "gpu-only" else "auto")
+        mounts, volumes = _mounts(ds), _volumes(ds)
+        host_paths = {
+            path: volumes[m["name"]]["hostPath"]["path"]
+            for path, m in mounts.items()
+            if "hostPath" in volumes[m["name"]]
+        }
+        assert env["WATTPROBE_PATH_CGROUPFS"] == "/host/sys/fs/cgroup"
+        assert host_paths["/host/sys/fs/cgroup"] == "/sys/fs/cgroup"  # the root, not a subtree
+        assert host_paths["/sys/kernel/tracing"] == "/sys/kernel/tracing"
+        assert host_paths["/lib/modules"] == "/lib/modules"  # /lib/modules/$(uname -r)/build
+        assert host_paths["/usr/src"] == "/usr/src"  # ... and where its links point
+        assert all(m.get("mountPropagation") in (None, "None") for m in mounts.values())
+
+
 # -- one source of truth: alerts/ and dashboards/ ----------------------------------------------
 
 
@@ -258,6 +306,7 @@ def test_kubeedge_adds_an_edge_agent_on_the_metaserver() -> None:
     assert pod["hostNetwork"] is True, "the MetaServer listens on the node's loopback"
     assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"
     assert PODRESOURCES_DIR not in _mounts(edge)
+    assert env["WATTPROBE_KUBE_PODRESOURCES_SOCKET"] == "none"  # not mounted: not polled
     assert not any(
         v.get("hostPath", {}).get("path") == PODRESOURCES_DIR for v in _volumes(edge).values()
     )
@@ -300,6 +349,15 @@ def test_components(tmp_path: Path) -> None:
     assert _rules(objs, "wattprobe") == [("nodes/pods", "get")]
     assert _pod(one(objs, "DaemonSet"))["runtimeClassName"] == "nvidia"
     assert "runtimeClassName" not in _pod(one(build("default"), "DaemonSet"))
+
+
+def test_runtimeclass_component_leaves_the_edge_agent_alone(tmp_path: Path) -> None:
+    """kustomize knows wattprobe-edge by its original name too: a patch by name alone would hit
+    both DaemonSets (or fail as ambiguous)."""
+    objs = build_with_components(tmp_path, "kubeedge", "nvidia-runtimeclass")
+    agents = {ds["metadata"]["name"]: _pod(ds) for ds in _agents(objs)}
+    assert agents["wattprobe"]["runtimeClassName"] == "nvidia"
+    assert "runtimeClassName" not in agents["wattprobe-edge"]
 
 
 # -- requests and limits come from the benchmarks ------------------------------------------
