@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 ARGS ?=
 # every directory of Python code that ruff and mypy check
-SRC := exporter tests alerts dashboards deploy
+SRC := exporter tests alerts dashboards deploy docs
 
 .DEFAULT_GOAL := help
 .PHONY: help setup setup-test run test pytest fmt lint bench golden docs manifests monitoring image clean
@@ -41,8 +41,9 @@ bench: setup-test ## run the benchmarks and rewrite docs/benchmarks.md
 golden: ## regenerate tests/fixtures/golden/*.prom after an intended change of the output
 	WATTPROBE_UPDATE_GOLDEN=1 $(PY) -m pytest tests/test_golden.py
 
-docs: ## regenerate docs/metrics.md from the metric catalogue
+docs: ## regenerate docs/metrics.md from the metric catalogue and the attribution picture
 	$(PY) -m exporter.metrics > docs/metrics.md
+	$(PY) docs/diagrams/attribution.py > docs/attribution.svg
 
 manifests: ## regenerate deploy/base/generated from alerts/ and dashboards/
 	$(PY) deploy/generate.py

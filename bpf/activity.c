@@ -3,13 +3,24 @@
 // Tracepoint arguments and BPF helpers only, never kernel struct fields, so any kernel headers
 // compile this file. Counters are cumulative; userspace (exporter/sources/ebpf.py) takes deltas.
 //
+// sched_switch runs on every context switch, so it is a raw tracepoint where the kernel allows
+// it (5.18+, WATTPROBE_RAW_SWITCH): a classic tracepoint formats its arguments into a buffer
+// before the program runs. The raw one gets (preempt, prev, next, prev_state), prev and next as
+// task pointers, and reads no field of either: current is prev (helpers give its pid, tgid and
+// cgroup; the `seen` cache saves the pid helper), and next's thread id comes from `seen`, filled
+// when a task is switched out. Elsewhere the classic sched:sched_switch program (next_pid and
+// prev_state from its arguments) does the same job.
+//
 // Maps (all bounded; sizes come from userspace as -D flags):
 //   tasks    LRU hash, tgid -> task_val   cumulative work of a live process; after it exits the
 //                                         entry stays as a tombstone (dead_ns != 0) until
 //                                         userspace has read it and deletes it
 //   exited   LRU hash, cgroup id -> exited_val   work of exited processes, per cgroup v2 id
 //   running  per-CPU array[1]              start and thread id of the slice now on each CPU,
-//                                         so userspace can count long-running slices in flight
+//                                         so userspace can count long-running slices in flight,
+//                                         and the GPU ioctls of that slice so far
+//   seen     array, direct-mapped by task pointer -> pid_tgid of the task the last time it was
+//                                         switched out (raw sched_switch only)
 //   stats    per-CPU array[N_STATS]        insert and loss counters (eviction accounting)
 //   cgroup_paths  LRU hash, cgroup id -> path of cgroups made since userspace last read it (it
 //                 deletes what it reads), so a cgroup removed before userspace walks the cgroup
@@ -19,7 +30,12 @@
 // takes it when it is made, and cgroup:cgroup_attach_task and sched:sched_process_exec keep it
 // current when a process moves. Without cgroup_attach_task, every event reads it.
 //
+// GPU ioctls are counted in the running slot of the CPU (no map lookup, no atomic: the slot is
+// this CPU's and programs do not preempt each other) and added to the process when its thread
+// leaves the CPU, in the same map update as its on-CPU time.
+//
 // Userspace passes: WATTPROBE_MAX_TASKS, WATTPROBE_MAX_CGROUPS, and optionally
+// WATTPROBE_RAW_SWITCH (attach sched_switch as a raw tracepoint; then WATTPROBE_SEEN_BITS too),
 // WATTPROBE_HAVE_GROUP_DEAD (sched_process_exit has a group_dead field: recent kernels, e.g. 6.18),
 // WATTPROBE_IOCTLS (syscalls:sys_enter_ioctl exists), WATTPROBE_EXEC (sched_process_exec exists),
 // WATTPROBE_CGROUP_ATTACH (cgroup:cgroup_attach_task with a 64-bit dst_id exists),
@@ -62,7 +78,8 @@ struct exited_val {
 
 struct slice {
     u64 start_ns;  // monotonic ns when the running task was switched in; 0 before the first switch
-    u64 tid;       // thread id of that task (0: idle)
+    u64 tid;       // thread id of that task (0: idle, or not known yet)
+    u64 ioctls[N_DRIVERS];  // GPU ioctls of the running task not yet added to its process
 };
 
 BPF_TABLE("lru_hash", u32, struct task_val, tasks, WATTPROBE_MAX_TASKS);
@@ -75,13 +92,6 @@ static __always_inline void stat_add(int index, u64 n) {
     u64 *v = stats.lookup(&key);
     if (v)
         *v += n;  // per-CPU slot: no other writer
-}
-
-static __always_inline void add_ioctl(u64 *counts, int drv) {
-    if (drv == DRV_NVIDIA)
-        __sync_fetch_and_add(&counts[DRV_NVIDIA], 1);
-    else if (drv == DRV_DRM)
-        __sync_fetch_and_add(&counts[DRV_DRM], 1);
 }
 
 static __always_inline struct exited_val *exited_entry(u64 cgroup_id) {
@@ -97,30 +107,35 @@ static __always_inline struct exited_val *exited_entry(u64 cgroup_id) {
     return e;
 }
 
+static __always_inline void add_work(u64 *on_cpu_ns, u64 *ioctls, u64 ns, u64 nv, u64 drm) {
+    if (ns)
+        __sync_fetch_and_add(on_cpu_ns, ns);
+    if (nv)
+        __sync_fetch_and_add(&ioctls[DRV_NVIDIA], nv);
+    if (drm)
+        __sync_fetch_and_add(&ioctls[DRV_DRM], drm);
+}
+
 // Work of a process that has no live entry (it exited, or its entry could not be made).
-static __always_inline void add_exited(u64 cgroup_id, u64 ns, int drv) {
+static __always_inline void add_exited(u64 cgroup_id, u64 ns, u64 nv, u64 drm) {
     struct exited_val *e = exited_entry(cgroup_id);
     if (!e) {
         stat_add(STAT_LOST_NS, ns);
-        if (drv >= 0)
-            stat_add(STAT_LOST_IOCTLS, 1);
+        stat_add(STAT_LOST_IOCTLS, nv + drm);
         return;
     }
-    if (ns)
-        __sync_fetch_and_add(&e->on_cpu_ns, ns);
-    if (drv >= 0)
-        add_ioctl(e->ioctls, drv);
+    add_work(&e->on_cpu_ns, e->ioctls, ns, nv, drm);
 }
 
-// Adds ns of CPU time and/or one ioctl of driver drv (-1: none) to the current process.
-static __always_inline void account(u32 tgid, u64 ns, int drv, bool exiting) {
+// Adds ns of CPU time and nv, drm GPU ioctls to the current process.
+static __always_inline void account(u32 tgid, u64 ns, u64 nv, u64 drm, bool exiting) {
     struct task_val *v = tasks.lookup(&tgid);
     if (!v) {
         u64 cgroup_id = bpf_get_current_cgroup_id();
         if (exiting) {
             // the last slice of a thread whose process is already gone from the map: do not
             // make an entry that nothing would ever remove
-            add_exited(cgroup_id, ns, drv);
+            add_exited(cgroup_id, ns, nv, drm);
             return;
         }
         struct task_val init = {};
@@ -131,7 +146,7 @@ static __always_inline void account(u32 tgid, u64 ns, int drv, bool exiting) {
         v = tasks.lookup(&tgid);
         if (!v) {
             stat_add(STAT_TASK_INSERT_FAILS, 1);
-            add_exited(cgroup_id, ns, drv);
+            add_exited(cgroup_id, ns, nv, drm);
             return;
         }
     }
@@ -139,7 +154,7 @@ static __always_inline void account(u32 tgid, u64 ns, int drv, bool exiting) {
         // late work of a folded process (its other threads finishing do_exit), or of a new
         // process that reused the tgid before userspace removed the tombstone: either way it
         // belongs to this cgroup's exited total
-        add_exited(bpf_get_current_cgroup_id(), ns, drv);
+        add_exited(bpf_get_current_cgroup_id(), ns, nv, drm);
         return;
     }
 #ifndef WATTPROBE_CGROUP_ATTACH
@@ -147,29 +162,115 @@ static __always_inline void account(u32 tgid, u64 ns, int drv, bool exiting) {
     if (v->cgroup_id != cgroup_id)
         v->cgroup_id = cgroup_id;  // write only on change: the line is shared by all threads
 #endif
-    if (ns)
-        __sync_fetch_and_add(&v->on_cpu_ns, ns);
-    if (drv >= 0)
-        add_ioctl(v->ioctls, drv);
+    add_work(&v->on_cpu_ns, v->ioctls, ns, nv, drm);
 }
 
-TRACEPOINT_PROBE(sched, sched_switch) {
+// The slice that ends now on this CPU goes to the current (outgoing) task's process, with the
+// GPU ioctls it made; next_tid (0: unknown or idle) starts a new slice.
+static __always_inline void switch_slice(u64 id, u64 next_tid, bool exiting) {
     u32 zero = 0;
     struct slice *s = running.lookup(&zero);
     if (!s)
-        return 0;
+        return;
     u64 now = bpf_ktime_get_ns();
     u64 start = s->start_ns;
     // start first, then tid: userspace reads the slot twice and keeps it only if both agree
     *(volatile u64 *)&s->start_ns = now;
-    *(volatile u64 *)&s->tid = args->next_pid;
+    *(volatile u64 *)&s->tid = next_tid;
+    u64 nv = 0, drm = 0;
+#ifdef WATTPROBE_IOCTLS
+    nv = s->ioctls[DRV_NVIDIA];
+    drm = s->ioctls[DRV_DRM];
+    if (nv | drm) {
+        s->ioctls[DRV_NVIDIA] = 0;
+        s->ioctls[DRV_DRM] = 0;
+    }
+#endif
+    u32 tgid = id >> 32;
+    if (tgid == 0)
+        return;  // the idle task
+    u64 ns = start ? now - start : 0;  // 0: first switch on this CPU since load
+    if (ns | nv | drm)
+        account(tgid, ns, nv, drm, exiting);
+}
 
-    u32 tgid = bpf_get_current_pid_tgid() >> 32;  // current is still the task switching out
-    if (start == 0 || tgid == 0)
-        return 0;  // first switch on this CPU since load, or the idle task
-    account(tgid, now - start, -1, (args->prev_state & STATE_EXITED) != 0);
+#ifdef WATTPROBE_RAW_SWITCH
+// Task pointer -> pid_tgid, direct-mapped: a slot holds the last task switched out whose pointer
+// hashes to it. Reading it saves a helper call per switch (a call costs ~20 ns where returns
+// are mitigated), and it names the task that a CPU switches to, for userspace's time in flight:
+// a task is named if it was switched out before (since load) and its slot was not taken over
+// since; otherwise its slice is unnamed until it ends, which only delays what userspace credits.
+//
+// A task's pid_tgid never changes, except in exec by a thread that is not the leader (it takes
+// the leader's pid: the exec probe refreshes its slot). A task's slot is emptied at its last
+// switch, so a new task that gets the same task_struct is not mistaken for it. Slots are written
+// by any CPU (collisions) without a lock: check = task ^ pid_tgid, so a read that mixes fields
+// of two writes, in whatever order they landed, does not match and falls back to the helper.
+struct seen_task {
+    u64 task;
+    u64 pid_tgid;
+    u64 check;
+};
+
+#define SEEN_SLOTS (1 << WATTPROBE_SEEN_BITS)
+#define TASK_DEAD 0x80  // task->__state at a task's last switch (do_task_dead)
+BPF_ARRAY(seen, struct seen_task, SEEN_SLOTS);
+
+static __always_inline struct seen_task *seen_slot(u64 task) {
+    // Fibonacci hashing: task_structs sit at a fixed stride in their slab, so the low bits alone
+    // would crowd a few slots
+    u32 index = (task * 0x9E3779B97F4A7C15ULL) >> (64 - WATTPROBE_SEEN_BITS);
+    return seen.lookup(&index);
+}
+
+// pid_tgid of task as its slot has it, or 0
+static __always_inline u64 seen_id(struct seen_task *e, u64 task) {
+    u64 t = e->task;
+    u64 id = e->pid_tgid;
+    u64 check = e->check;
+    return (t == task && check == (t ^ id)) ? id : 0;
+}
+
+static __always_inline void seen_store(struct seen_task *e, u64 task, u64 id) {
+    e->task = task;
+    e->pid_tgid = id;
+    e->check = task ^ id;
+}
+
+RAW_TRACEPOINT_PROBE(sched_switch) {
+    // args: preempt, prev, next, prev_state; prev is current. prev_state is an argument since
+    // 5.18: older kernels refuse a program that reads it, and userspace takes the classic one.
+    u64 prev = ctx->args[1];
+    u64 next = ctx->args[2];
+    bool dead = !ctx->args[0] && (ctx->args[3] & TASK_DEAD);
+
+    u64 next_tid = 0;
+    struct seen_task *n = seen_slot(next);
+    if (n)
+        next_tid = (u32)seen_id(n, next);
+
+    struct seen_task *p = seen_slot(prev);
+    if (!p)
+        return 0;
+    u64 id = seen_id(p, prev);
+    if (!id) {
+        id = bpf_get_current_pid_tgid();  // 0: the idle task, never remembered
+        if (id && !dead)
+            seen_store(p, prev, id);
+    } else if (dead) {
+        p->check = 0;  // its task_struct may come back as another task
+    }
+    switch_slice(id, next_tid, dead);
     return 0;
 }
+#else
+TRACEPOINT_PROBE(sched, sched_switch) {
+    // current is still the task switching out
+    switch_slice(bpf_get_current_pid_tgid(), args->next_pid,
+                 (args->prev_state & STATE_EXITED) != 0);
+    return 0;
+}
+#endif
 
 TRACEPOINT_PROBE(sched, sched_process_exit) {
     u64 id = bpf_get_current_pid_tgid();
@@ -230,6 +331,13 @@ TRACEPOINT_PROBE(sched, sched_process_exec) {
         // the cgroup here also covers a move that raced the entry being made
         v->cgroup_id = bpf_get_current_cgroup_id();
     }
+#ifdef WATTPROBE_RAW_SWITCH
+    // a thread other than the leader that execs takes the leader's pid
+    u64 task = bpf_get_current_task();
+    struct seen_task *e = seen_slot(task);
+    if (e)
+        seen_store(e, task, bpf_get_current_pid_tgid());
+#endif
     return 0;
 }
 #endif
@@ -275,14 +383,13 @@ TRACEPOINT_PROBE(cgroup, cgroup_mkdir) {
 #ifdef WATTPROBE_IOCTLS
 TRACEPOINT_PROBE(syscalls, sys_enter_ioctl) {
     u32 type = (args->cmd >> 8) & 0xff;  // _IOC_TYPE: bits 8..15 on every architecture
-    int drv;
-    if (type == 0x46)
-        drv = DRV_NVIDIA;
-    else if (type == 0x64)
-        drv = DRV_DRM;
-    else
+    if (type != 0x46 && type != 0x64)
         return 0;
-    account(bpf_get_current_pid_tgid() >> 32, 0, drv, false);
+    // counted in this CPU's running slot; the next sched_switch adds it to the process
+    u32 zero = 0;
+    struct slice *s = running.lookup(&zero);
+    if (s)
+        s->ioctls[type == 0x46 ? DRV_NVIDIA : DRV_DRM] += 1;
     return 0;
 }
 #endif

@@ -80,6 +80,11 @@ def value_map(mapping: dict[str, tuple[str, str]]) -> list[JSON]:
     return [{"type": "value", "options": options}]
 
 
+def special_map(match: str, text: str) -> list[JSON]:
+    """A value mapping for a special value ("nan", "null", "empty"...) -> text."""
+    return [{"type": "special", "options": {"match": match, "result": {"index": 0, "text": text}}}]
+
+
 def _field_config(
     unit: str,
     *,
@@ -297,6 +302,7 @@ def table(
     rename: dict[str, str] | None = None,
     hide: Sequence[str] = ("Time",),
     sort_by: str | None = None,
+    mappings: list[JSON] | None = None,
 ) -> Panel:
     """Instant queries shown as rows; several queries are merged on their common labels."""
     transformations: list[JSON] = []
@@ -326,7 +332,7 @@ def table(
         title,
         description,
         queries,
-        fieldConfig=_field_config(unit, custom=custom),
+        fieldConfig=_field_config(unit, custom=custom, mappings=mappings),
         options=options,
         transformations=transformations,
     )

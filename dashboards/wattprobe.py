@@ -24,6 +24,7 @@ from dashboards.grafana import (
     dashed,
     datasource_variable,
     query_variable,
+    special_map,
     stat,
     state_timeline,
     table,
@@ -496,6 +497,10 @@ def gpu_fleet(settings: Settings) -> JSON:
     gpus = sel('gpu=~"$gpu"')
     whole = sel('gpu=~"$gpu"', 'gpu_instance=""')  # whole GPUs, not their MIG instances
     mig = sel('gpu=~"$gpu"', 'gpu_instance!=""')
+    allocations = (
+        "max by (node, gpu, gpu_instance, uuid, namespace, pod, container) "
+        f"(wattprobe_gpu_allocation_info{gpus})"
+    )
     temperature_steps = thresholds(("green", None), ("orange", 80), ("red", 85))
     lay = Layout()
     lay.row("Fleet")
@@ -707,12 +712,15 @@ def gpu_fleet(settings: Settings) -> JSON:
     lay.add(
         table(
             "GPU allocation",
-            "Which pod holds which GPU (kubelet PodResources), with the GPU's current utilization.",
+            "Which pod holds which GPU, time-slice of it or MIG instance (gpu_instance) according "
+            "to the kubelet's PodResources, with the GPU's current utilization (n/a: NVML "
+            "reports none, as for GPUs in MIG mode).",
             [
                 Query(
-                    "max by (node, gpu, uuid, namespace, pod, container) "
-                    f"(wattprobe_gpu_allocation_info{gpus}) * on (uuid) group_left () "
-                    f"max by (uuid) (wattprobe_gpu_utilization_ratio{gpus})",
+                    f"{allocations} * on (uuid) group_left () "
+                    f"max by (uuid) (wattprobe_gpu_utilization_ratio{gpus}) "
+                    # holders of GPUs without utilization (MIG) stay in the table, as NaN
+                    f"or {allocations} * NaN",
                     instant=True,
                     table=True,
                 )
@@ -720,6 +728,7 @@ def gpu_fleet(settings: Settings) -> JSON:
             "percentunit",
             width=24,
             rename={"Value": "Utilization"},
+            mappings=special_map("nan", "n/a"),
         ),
         timeseries(
             "Per-pod GPU power",
@@ -877,19 +886,43 @@ def exporter_health(settings: Settings) -> JSON:
             "short",
         ),
         timeseries(
-            "eBPF map evictions",
-            "Entries evicted from the bounded eBPF maps per second: non-zero means tasks were "
-            "dropped before userspace read them (raise the map sizes).",
+            "eBPF map fill",
+            "Entries in each bounded eBPF map as a fraction of its capacity (--activity-source "
+            "ebpf). Near 100% the LRU maps evict entries to make room (next panel): raise the "
+            "map sizes for the node's process churn.",
+            [
+                Query(
+                    f"max by (node, map) (wattprobe_ebpf_map_entries{sel()} "
+                    f"/ wattprobe_ebpf_map_max_entries{sel()})",
+                    "{{node}} {{map}}",
+                )
+            ],
+            "percentunit",
+            max_value=1,
+            steps=thresholds(("green", None), ("red", 0.8)),
+            threshold_style="line",
+        ),
+        timeseries(
+            "eBPF map evictions and insert failures",
+            "Entries evicted from the bounded eBPF maps per second (solid) and events that found "
+            "no room in them (dashed, refId B): non-zero means activity was lost or moved to its "
+            "cgroup's exited total before userspace read it (raise the map sizes).",
             [
                 Query(
                     "sum by (node, map) (rate(wattprobe_ebpf_map_evictions_total"
                     + sel()
                     + "[$__rate_interval]))",
-                    "{{node}} {{map}}",
-                )
+                    "{{node}} {{map}} evicted",
+                ),
+                Query(
+                    "sum by (node, map) (rate(wattprobe_ebpf_map_insert_failures_total"
+                    + sel()
+                    + "[$__rate_interval]))",
+                    "{{node}} {{map}} insert failed",
+                ),
             ],
             "ops",
-            width=24,
+            overrides=[dashed("byFrameRefID", "B")],
         ),
     )
     return dashboard(

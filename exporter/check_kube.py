@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from exporter.check import CheckResult
+from exporter.check import KUBERNETES, CheckResult
 from exporter.config import Config, PodSource
 from exporter.readings import SourceError
 from exporter.workloads.apiserver import ApiserverPodSource
@@ -26,7 +26,6 @@ from exporter.workloads.kubeapi import KubeClient
 from exporter.workloads.kubelet import parse_pod_list
 from exporter.workloads.pods import PodStore
 
-KUBERNETES = "kubernetes"
 RBAC = "see docs/kubernetes.md (RBAC)"
 
 FIXES: dict[tuple[str, str], str] = {
@@ -63,7 +62,8 @@ def _failure(source: str, exc: SourceError) -> CheckResult:
         source,
         KUBERNETES,
         False,
-        reason=f"{exc.reason}: {exc.detail}",
+        reason=exc.reason,
+        detail=exc.detail,
         fix=FIXES.get((source, exc.reason), ""),
     )
 
@@ -136,7 +136,8 @@ def kube_checks(config: Config, environ: Mapping[str, str] | None = None) -> lis
                 "pods",
                 KUBERNETES,
                 False,
-                reason=f"{why}: containers carry IDs only",
+                reason=why,
+                detail="containers carry IDs only",
                 fix="--kube.pod-source=kubelet or apiserver for pod names",
                 disabled=True,
             )
@@ -151,7 +152,8 @@ def kube_checks(config: Config, environ: Mapping[str, str] | None = None) -> lis
                 "podresources",
                 KUBERNETES,
                 False,
-                reason=f"not needed: no NVIDIA GPUs listed under {config.procfs}/driver/nvidia",
+                reason="not needed",
+                detail=f"no NVIDIA GPUs listed under {config.procfs}/driver/nvidia",
                 disabled=True,
             )
         )

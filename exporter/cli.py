@@ -1,4 +1,4 @@
-"""Command line: `wattprobe serve`, `wattprobe check`.
+"""Command line: `wattprobe serve`, `wattprobe check`, `wattprobe top`.
 
 Every flag also reads WATTPROBE_<NAME> (dots and dashes become underscores), e.g.
 --web.listen-address <- WATTPROBE_WEB_LISTEN_ADDRESS.
@@ -20,6 +20,7 @@ import click
 
 from exporter import __version__
 from exporter.check import exit_status, run_checks
+from exporter.check_report import report, text_lines
 from exporter.cli_kube import kube_options
 from exporter.config import (
     COLLECTOR_DEFAULTS,
@@ -33,6 +34,7 @@ from exporter.config import (
     parse_duration,
     parse_listen_address,
 )
+from exporter.progress import progress_for
 from exporter.server import Health, make_server
 from exporter.web.config import WebConfigError
 from exporter.web.http import HttpLimits
@@ -348,17 +350,22 @@ def _http_limits(kw: dict[str, Any]) -> HttpLimits:
 
 
 def run_server(config: Config, web: LiveWebConfig | None = None) -> None:
+    progress = progress_for()
     try:
-        monitor = build_monitor(config)
+        monitor = build_monitor(config, progress)
     except StartupError as exc:
+        progress.close()
         raise click.ClickException(str(exc)) from None
     stop = threading.Event()
     last_step = [time.monotonic()]
 
+    def stepped() -> None:
+        last_step[0] = time.monotonic()
+        if progress.active and monitor.snapshot.ready:
+            progress.end("ready")
+
     def loop() -> None:
-        monitor.run(
-            config.interval_s, stop, on_step=lambda: last_step.__setitem__(0, time.monotonic())
-        )
+        monitor.run(config.interval_s, stop, on_step=stepped)
 
     loop_thread = threading.Thread(target=loop, name="monitor", daemon=True)
     stall_after = max(3 * config.interval_s, 30.0)
@@ -379,6 +386,8 @@ def run_server(config: Config, web: LiveWebConfig | None = None) -> None:
     host, port = server.server_address[:2]
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    # the first interval only sets baselines: /metrics has energy after the second
+    progress.begin("measuring the first interval", expected_s=config.interval_s)
     loop_thread.start()
     server_thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     server_thread.start()
@@ -395,6 +404,7 @@ def run_server(config: Config, web: LiveWebConfig | None = None) -> None:
     # handler only once the main thread wakes up, and a bare wait may never wake
     while not stop.wait(1.0):
         pass
+    progress.close()
     log.info("shutting down")
     server.shutdown()
     server.server_close()
@@ -417,25 +427,98 @@ def _log_web_security(web: LiveWebConfig | None) -> None:
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON (docs/check.md)")
 @kube_options
 @source_options
 def check(as_json: bool, **kw: Any) -> None:
-    """Check every source on this machine; exit 0 when power and activity can be measured."""
+    """Check every source on this machine: what works, what it found, how to fix the rest.
+
+    Exit status: 0 when at least one power source and one activity source work, 1 when not,
+    2 on a usage error (a bad flag or value).
+    """
     config = _config(**kw)
     _setup_logging("error" if config.log_level == "info" else config.log_level)
     results = run_checks(config)
     status = exit_status(results)
     if as_json:
-        click.echo(
-            json.dumps({"ok": status == 0, "sources": [r.as_dict() for r in results]}, indent=2)
-        )
+        click.echo(json.dumps(report(results), indent=2))
     else:
-        for r in results:
-            mark = "OK  " if r.ok else ("off " if r.disabled else "FAIL")
-            click.echo(f"{mark} {r.source:<10} {r.found or r.reason}")
-            if r.fix and not r.ok:
-                click.echo(f"     {'':<10} fix: {r.fix}")
+        for line in text_lines(results):
+            click.echo(line)
+    sys.exit(status)
+
+
+def attribution_options(func: F) -> F:
+    """How energy is split: for `top`, which measures the way `serve` does."""
+    opts = [
+        _option(
+            "--power.idle",
+            "power_idle",
+            default="auto",
+            callback=_converter(IdlePower.parse),
+            help="idle power per zone: auto (learned), WATTS, or ZONE=WATTS,...",
+        ),
+        _option(
+            "--attribution.idle",
+            "attribution_idle",
+            default="none",
+            type=click.Choice([a.value for a in IdleAttribution]),
+            help="idle energy: none (stays on the node), requests, activity",
+        ),
+        _option(
+            "--attribution.zones",
+            "attribution_zones",
+            default="",
+            callback=_converter(_zone_list),
+            help="zones split among workloads [default: package,dram with RAPL; else hwmon or "
+            "estimate]",
+        ),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
+@cli.command()
+@_option(
+    "--from",
+    "from_url",
+    default=None,
+    metavar="URL",
+    help="read a running exporter's /metrics (e.g. http://NODE:28390) instead of measuring here",
+)
+@_option(
+    "--interval",
+    "interval_s",
+    default=None,
+    callback=_converter(parse_duration),
+    help="measuring interval [default: 2s]; with --from, how often to read [default: 1s]",
+)
+@click.option("--once", is_flag=True, help="print one screen after the first interval and exit")
+@attribution_options
+@kube_options
+@source_options
+def top(from_url: str | None, interval_s: float | None, once: bool, **kw: Any) -> None:
+    """Live view: node power by zone, GPUs, and the pods drawing the most CPU and GPU power.
+
+    Keys: c / g / n sort by CPU power, GPU power, name; v pods or containers; q quits.
+    Without a terminal (or with --once) screens are printed one after another.
+    """
+    from exporter.top.command import TopError, metrics_url, run_top  # noqa: PLC0415 (rich loads only here)
+
+    if from_url is not None:
+        try:
+            from_url = metrics_url(from_url)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--from'") from None
+    if not kw["node_name"]:
+        kw.pop("node_name")
+    config = _config(**kw)
+    _setup_logging("warn" if config.log_level == "info" else config.log_level)
+    try:
+        status = run_top(config, from_url=from_url, interval_s=interval_s, once=once)
+    except TopError as exc:
+        raise click.ClickException(str(exc)) from None
     sys.exit(status)
 
 

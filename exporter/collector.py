@@ -57,6 +57,10 @@ class SnapshotCollector(Collector):
         intervals = _family("intervals")
         _add(intervals, {}, snap.sequence)
         yield intervals
+        if snap.sequence:
+            stamp = _family("last_interval_timestamp_seconds")
+            _add(stamp, {}, snap.timestamp)
+            yield stamp
         up = _family("source_up")
         duration = _family("collect_duration_seconds")
         for s in snap.sources:

@@ -42,6 +42,13 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "intervals", "counter", "Attribution intervals completed since start.", section="Exporter"
     ),
     MetricSpec(
+        "last_interval_timestamp_seconds",
+        "gauge",
+        "Unix time at which the last completed interval ended: the instant all other series of "
+        "the scrape describe. Energy increase divided by the increase of this is average power.",
+        section="Exporter",
+    ),
+    MetricSpec(
         "source_up",
         "gauge",
         '1 if the source worked in the last interval. reason says why not; reason="absent" means '

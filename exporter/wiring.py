@@ -8,6 +8,7 @@ from functools import partial
 from exporter.config import ActivitySource as ActivityChoice
 from exporter.config import Config
 from exporter.monitor import ActivitySource, Monitor, MonitorSettings, PowerSource
+from exporter.progress import Progress
 from exporter.readings import SourceError, SourceStatus
 from exporter.sources.ebpf import NAME as EBPF
 from exporter.sources.ebpf import EbpfSource
@@ -40,7 +41,7 @@ def power_sources(config: Config) -> list[PowerSource]:
 
 
 def activity_source(
-    config: Config, procfs: ProcfsSource
+    config: Config, procfs: ProcfsSource, progress: Progress | None = None
 ) -> tuple[ActivitySource, tuple[SourceStatus, ...]]:
     """The activity source, and eBPF's start-up failure when auto fell back to procfs.
 
@@ -49,15 +50,15 @@ def activity_source(
     if config.activity_source is ActivityChoice.PROCFS:
         return procfs, ()
     try:
-        return (
-            EbpfSource.start(
+        # bcc compiles the programs here: seconds on a busy node, so it shows as a step
+        with (progress or Progress()).step("compiling and loading the eBPF programs"):
+            ebpf = EbpfSource.start(
                 config.procfs,
                 config.cgroup_root,
                 config.ebpf_kernel_headers,
                 config.ebpf_gpu_ioctls,
-            ),
-            (),
-        )
+            )
+        return ebpf, ()
     except Exception as exc:
         error = exc if isinstance(exc, SourceError) else SourceError(LOAD_FAILED, repr(exc))
         if not isinstance(exc, SourceError):
@@ -77,14 +78,16 @@ def activity_source(
     return procfs, (SourceStatus(EBPF, False, error.reason, error.detail),)
 
 
-def build_monitor(config: Config) -> Monitor:
+def build_monitor(config: Config, progress: Progress | None = None) -> Monitor:
+    """progress: where slow start-up work (compiling the eBPF programs) reports what it waits
+    for; None: plain log lines."""
     procfs = ProcfsSource(config.procfs, namespace_root(config.cgroup_root))
     model = None
     if config.enabled("estimate"):
         model = partial(
             CpuPowerModel.for_cpus, idle_w=config.estimate_idle_w, max_w=config.estimate_max_w
         )
-    activity, startup_statuses = activity_source(config, procfs)
+    activity, startup_statuses = activity_source(config, procfs, progress)
     if activity is procfs:  # under hidepid, say so rather than bill our own processes alone
         activity = VisibleProcfs(procfs.tasks, config.procfs)
     # pod names and GPU holders: background threads, started here, daemon (die with the process)

@@ -1,16 +1,22 @@
 """A small live fleet for the liveness tests: real exporters, Prometheus and Alertmanager.
 
-Four `wattprobe serve` processes on copies of the fixture trees, each a "node":
+Five `wattprobe serve` processes, each a "node"; four on copies of the fixture trees:
 - measured:   RAPL and hwmon counters advancing (the normal case), no GPU (nvml "absent");
 - gpu:        the same plus 8 fake H100s through the real pynvml and the fake
               libnvidia-ml.so.1, GPU processes of kubepods containers in its /proc, some GPUs
               hot or busy, and during the run an XID 13, an XID 79 and a lost GPU
-              (tests/livegpus.py);
+              (tests/livegpus.py); PodResources assigns its GPUs, one of them to a pod that
+              leaves it idle (tests/livekube.py);
 - sensorless: no powercap and no hwmon at all, so power is estimated and the rapl/hwmon
-              sources report reason="absent"; one fake A100 in MIG mode, one instance full;
+              sources report reason="absent"; one fake A100 in MIG mode, one instance full,
+              its MIG devices assigned to pods by PodResources;
 - broken:     RAPL counters hold garbage (source rapl down, reason "unparsable value"),
-              hwmon still measures; no GPU.
-A fifth target, "gone", is a port nobody listens on (up == 0).
+              hwmon still measures; no GPU; pod names from the apiserver (list + watch);
+and one on this machine itself:
+- ebpf:       the real /proc and /sys with real eBPF probes, a process issuing GPU driver
+              ioctls in a kubepods cgroup (tests/liveebpf.py); no RAPL, hwmon or GPU here.
+The others get pod names from their kubelet (tests/livekube.py).
+A sixth target, "gone", is a port nobody listens on (up == 0).
 
 A background thread advances the counters, CPU times and GPU energy, so every rate is non-zero
 and energy is attributed to containers. Prometheus scrapes the exporters every second with
@@ -20,10 +26,12 @@ receiver.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,8 +39,21 @@ from typing import Any
 import yaml
 
 from alerts.generate import DEFAULT_JOB, RULES_FILE
+from tests import liveebpf
+from tests.ebpfparts import require_ebpf
 from tests.fixturehost import FixtureHost, write_atomic
+from tests.liveebpf import GpuClient, start_gpu_client
 from tests.livegpus import FakeGpus, build_library, h100_node, inject_faults, mig_node
+from tests.livekube import (
+    POD_IDLE,
+    LiveKube,
+    add_nvidia_driver,
+    fleet_pods,
+    h100_assignments,
+    h100_pods,
+    mig_assignments,
+    mig_pods,
+)
 from tests.monitoringstack import (
     Daemon,
     PrometheusAPI,
@@ -67,13 +88,9 @@ TICKS_PER_PID = 2
 
 # Flags every live exporter gets. A fixed idle baseline (2 W per zone, GPUs included) keeps the
 # active part of every zone above zero from the first interval, so workloads get energy at once.
+COMMON_ARGS = ("--interval", "1s", "--power.idle", "2")
 # Fixture nodes measure activity from their fixture /proc (eBPF would see the real kernel).
-# When the Kubernetes branch lands, its fake kubelet flags belong here (see exporter_args).
-COMMON_ARGS = ("--interval", "1s", "--power.idle", "2", "--activity-source", "procfs")
-
-
-def exporter_args(host: FixtureHost) -> list[str]:
-    return [*host.args(), *COMMON_ARGS]
+FIXTURE_ARGS = ("--activity-source", "procfs")
 
 
 # Prometheus scrapes the GPU node for this long before its XIDs and lost GPU happen, so it has
@@ -85,17 +102,27 @@ HEALTHY_FIRST_S = 3.0
 @dataclass
 class Node:
     name: str
-    host: FixtureHost
+    host: FixtureHost | None  # None: this machine's own /proc and /sys
     rapl: bool = False  # advance its RAPL counters
     gpus: FakeGpus | None = None  # runs with the fake NVML on this scenario
+    kube_args: list[str] = field(default_factory=list)  # its pod source (and PodResources)
+    more_busy_pids: tuple[int, ...] = ()  # busy processes of pods that use no GPU
     exporter: ExporterProcess | None = None
 
     def env(self) -> dict[str, str]:
         return self.gpus.env() if self.gpus else {}
 
+    def args(self) -> list[str]:
+        tree = [*self.host.args(), *FIXTURE_ARGS] if self.host else list(liveebpf.EXPORTER_ARGS)
+        return [*tree, *COMMON_ARGS, *self.kube_args]
+
     def busy_pids(self) -> tuple[int, ...]:
-        """Processes that use CPU: BUSY_PIDS and the GPU pods' processes."""
-        return BUSY_PIDS + tuple(p.pid for p in (self.gpus.pods if self.gpus else ()))
+        """Processes that use CPU, where they run: BUSY_PIDS, the GPU pods' processes and
+        more_busy_pids."""
+        assert self.host is not None
+        gpu_pids = tuple(p.pid for p in (self.gpus.pods if self.gpus else ()))
+        pids = BUSY_PIDS + gpu_pids + self.more_busy_pids
+        return tuple(p for p in pids if (self.host.procfs / str(p)).is_dir())
 
 
 def _measured(root: Path, name: str = "measured") -> FixtureHost:
@@ -121,13 +148,18 @@ class Advancer(threading.Thread):
 
     def __init__(self, nodes: list[Node]) -> None:
         super().__init__(name="advance-counters", daemon=True)
-        self.nodes = nodes
-        self.with_hwmon = [n.host for n in nodes if (n.host.sysfs / "class" / "hwmon").exists()]
+        self.nodes = [n for n in nodes if n.host is not None]  # not this machine's
+        self.with_hwmon = [
+            n.host
+            for n in self.nodes
+            if n.host is not None and (n.host.sysfs / "class" / "hwmon").exists()
+        ]
         self.stopping = threading.Event()
         self.error: BaseException | None = None
 
     def tick(self) -> None:
         for node in self.nodes:
+            assert node.host is not None
             if node.rapl:
                 for device, watts in RAPL_WATTS.items():
                     node.host.add_energy_j(device, watts * TICK_S)
@@ -137,6 +169,7 @@ class Advancer(threading.Thread):
         for host in self.with_hwmon:
             host.add_hwmon_energy_j(hwmon, name, watts * TICK_S)
         for node in self.nodes:
+            assert node.host is not None
             pids = node.busy_pids()
             for pid in pids:
                 node.host.add_process_ticks(pid, TICKS_PER_PID)
@@ -223,6 +256,8 @@ class LiveStack:
     webhook: WebhookReceiver
     alertmanager: Daemon
     prometheus: Daemon
+    kube: LiveKube
+    gpu_client: GpuClient  # the eBPF node's ioctl-issuing process
     started: float  # unix time Prometheus began scraping
     faults_at: float = 0.0  # unix time the GPU node's XIDs and lost GPU happened
     timings: dict[str, float] = field(default_factory=dict)
@@ -246,11 +281,16 @@ class LiveStack:
         return "\n".join(parts)
 
     def stop(self) -> None:
+        for node in self.nodes:  # all exporters shut down at once; stop() below waits for each
+            if node.exporter and node.exporter.proc.poll() is None:
+                node.exporter.proc.terminate()
         for step in (
             self.prometheus.stop,
             self.alertmanager.stop,
             self.webhook.stop,
             *(n.exporter.stop for n in self.nodes if n.exporter),
+            self.kube.stop,
+            self.gpu_client.stop,
             self.advancer.stop,
         ):
             try:
@@ -278,34 +318,95 @@ def _wait_for_series(api: PrometheusAPI, expr: str, timeout: float = 30.0) -> No
         time.sleep(SCRAPE_INTERVAL_S / 4)
 
 
+def _start_exporters(nodes: list[Node], workdir: Path, cleanup: contextlib.ExitStack) -> None:
+    """All at once (the eBPF node compiles its probes meanwhile); each is stopped by cleanup."""
+    with ThreadPoolExecutor(len(nodes)) as pool:
+        started = [
+            (node, pool.submit(start_exporter, node.args(), log_dir=workdir, env=node.env()))
+            for node in nodes
+        ]
+    errors = []
+    for node, future in started:
+        try:
+            node.exporter = future.result()
+        except Exception as exc:  # stop the others first, then raise the first failure
+            errors.append(exc)
+        else:
+            cleanup.callback(node.exporter.stop)
+    if errors:
+        raise errors[0]
+
+
+def _fleet(workdir: Path, library: Path, kube: LiveKube) -> list[Node]:
+    """The nodes with their fixture trees, fake GPUs and Kubernetes endpoints."""
+    measured = _measured(workdir)
+    gpu_host = _measured(workdir, "gpu")
+    h100 = h100_node(gpu_host, library)
+    add_nvidia_driver(gpu_host, h100.scenario)
+    sensorless_host = _sensorless(workdir)
+    a100 = mig_node(sensorless_host, library)
+    add_nvidia_driver(sensorless_host, a100.scenario)
+    return [
+        Node(
+            "measured",
+            measured,
+            rapl=True,
+            kube_args=kube.kubelet("measured", fleet_pods("measured")),
+        ),
+        Node(
+            "gpu",
+            gpu_host,
+            rapl=True,
+            gpus=h100,
+            kube_args=[
+                *kube.kubelet("gpu", h100_pods(gpu_host, "gpu")),
+                *kube.podresources("gpu", *h100_assignments(h100.scenario)),
+            ],
+            more_busy_pids=(POD_IDLE.pid,),
+        ),
+        Node(
+            "sensorless",
+            sensorless_host,
+            gpus=a100,
+            kube_args=[
+                *kube.kubelet("sensorless", mig_pods("sensorless")),
+                *kube.podresources("sensorless", *mig_assignments(a100.scenario)),
+            ],
+        ),
+        Node("broken", _broken(workdir), kube_args=kube.apiserver("broken", fleet_pods("broken"))),
+    ]
+
+
 def start_live_stack(
     workdir: Path, prometheus_bin: str, alertmanager_bin: str, gcc: str, collect_s: float
 ) -> LiveStack:
     """Start everything, then let Prometheus collect for collect_s seconds."""
+    require_ebpf()  # the eBPF node runs real probes on this machine
     t0 = time.monotonic()
     library = build_library(workdir, gcc)
-    gpu_host = _measured(workdir, "gpu")
-    sensorless_host = _sensorless(workdir)
-    nodes = [
-        Node("measured", _measured(workdir), rapl=True),
-        Node("gpu", gpu_host, rapl=True, gpus=h100_node(gpu_host, library)),
-        Node("sensorless", sensorless_host, gpus=mig_node(sensorless_host, library)),
-        Node("broken", _broken(workdir)),
-    ]
-    advancer = Advancer(nodes)
-    advancer.start()
-    started: list[Any] = []
-    try:
-        for node in nodes:
-            node.exporter = start_exporter(
-                exporter_args(node.host), log_dir=workdir, env=node.env()
+    with contextlib.ExitStack() as cleanup:
+        kube = LiveKube.create(workdir)
+        cleanup.callback(kube.stop)
+        gpu_client = start_gpu_client()
+        cleanup.callback(gpu_client.stop)
+        nodes = _fleet(workdir, library, kube)
+        nodes.append(
+            Node(
+                liveebpf.NODE,
+                None,
+                kube_args=kube.kubelet(liveebpf.NODE, [gpu_client.pod()]),
             )
+        )
+        advancer = Advancer(nodes)
+        advancer.start()
+        cleanup.callback(advancer.stop)
+        _start_exporters(nodes, workdir, cleanup)
         webhook = WebhookReceiver.start()
-        started.append(webhook)
+        cleanup.callback(webhook.stop)
         am_config = workdir / "alertmanager.yml"
         am_config.write_text(yaml.safe_dump(alertmanager_config(webhook.url)))
         alertmanager = start_alertmanager(alertmanager_bin, am_config, workdir)
-        started.append(alertmanager)
+        cleanup.callback(alertmanager.stop)
 
         rules = workdir / "wattprobe.rules.yml"
         rules.write_text(yaml.safe_dump(live_rules(RULES_FILE.read_text()), sort_keys=False))
@@ -317,17 +418,17 @@ def start_live_stack(
         )
         t_ready = time.monotonic()
         prometheus = start_prometheus(prometheus_bin, config, workdir)
-        started.append(prometheus)
-    except BaseException:
-        for thing in reversed(started):
-            thing.stop()
-        for node in nodes:
-            if node.exporter:
-                node.exporter.stop()
-        advancer.stop()
-        raise
+        cleanup.pop_all()  # from here on the stack stops them all
     stack = LiveStack(
-        workdir, nodes, advancer, webhook, alertmanager, prometheus, started=time.time()
+        workdir,
+        nodes,
+        advancer,
+        webhook,
+        alertmanager,
+        prometheus,
+        kube,
+        gpu_client,
+        started=time.time(),
     )
     t_scraping = time.monotonic()
     stack.timings["start_s"] = t_scraping - t0

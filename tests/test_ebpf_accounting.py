@@ -57,26 +57,27 @@ class ModelKernel:
     def boot_ns(self) -> int:
         return self.mono_ns + BOOT_OFFSET_NS
 
-    def _exited(self, cgroup_id: int, ns: int, drv: int) -> None:
+    def _exited(self, cgroup_id: int, ns: int, ioctls: list[int]) -> None:
         e = self.exited.setdefault(cgroup_id, [0, 0, 0])
         e[0] += ns
-        if drv >= 0:
-            e[1 + drv] += 1
+        e[1] += ioctls[NVIDIA]
+        e[2] += ioctls[DRM]
 
-    def account(self, tgid: int, cgroup_id: int, ns: int, drv: int, exiting: bool) -> None:
+    def account(self, tgid: int, cgroup_id: int, ns: int, ioctls: list[int], exiting: bool) -> None:
+        """A slice that ended, with the GPU ioctls its CPU counted during it (switch_slice)."""
         v = self.tasks.get(tgid)
         if v is None:
             if exiting:
-                self._exited(cgroup_id, ns, drv)
+                self._exited(cgroup_id, ns, ioctls)
                 return
             v = self.tasks[tgid] = Entry(self.boot_ns, cgroup_id)
         if v.dead_ns:
-            self._exited(cgroup_id, ns, drv)
+            self._exited(cgroup_id, ns, ioctls)
             return
         v.cgroup_id = cgroup_id
         v.on_cpu_ns += ns
-        if drv >= 0:
-            v.ioctls[drv] += 1
+        v.ioctls[NVIDIA] += ioctls[NVIDIA]
+        v.ioctls[DRM] += ioctls[DRM]
 
     def process_exit(self, tgid: int, cgroup_id: int) -> None:
         v = self.tasks.get(tgid)
@@ -122,12 +123,19 @@ class Proc:
 
 
 class World:
-    """Processes on CPUs, the model kernel, the accounting, and a monitor-like consumer."""
+    """Processes on CPUs, the model kernel, the accounting, and a monitor-like consumer.
 
-    def __init__(self, ncpu: int = 2) -> None:
+    raw: the raw sched_switch program, which names the task a CPU switches to only if that
+    task was switched out before (its task cache); the classic one always names it.
+    """
+
+    def __init__(self, ncpu: int = 2, *, raw: bool = False) -> None:
         self.kernel = ModelKernel()
+        self.raw = raw
+        self.seen: set[int] = set()  # tasks the raw program has seen switched out
         self.procs: dict[int, Proc] = {}  # by tgid, visible ones
         self.cpus: list[tuple[int, int]] = [(0, 0)] * ncpu  # (tgid running, since mono ns)
+        self.pending: list[list[int]] = [[0, 0] for _ in range(ncpu)]  # ioctls per CPU slot
         self.truth_ns: dict[int, int] = {}
         self.truth_ioctls: dict[int, list[int]] = {}
         self.counted_ns: dict[int, float] = {}
@@ -182,8 +190,13 @@ class World:
         if prev:
             p = self.procs.get(prev)
             cgroup_id, dead = (p.cgroup_id, not p.alive) if p else (0, True)
-            self.kernel.account(prev, cgroup_id, now - start, -1, dead)
+            self.kernel.account(prev, cgroup_id, now - start, self.pending[cpu], dead)
             self._truth(cgroup_id, now - start)
+            if dead:
+                self.seen.discard(prev)  # its last switch empties its slot
+            else:
+                self.seen.add(prev)
+        self.pending[cpu] = [0, 0]
         self.cpus[cpu] = (tgid, now)
 
     def _runnable(self, tgid: int) -> bool:
@@ -196,10 +209,12 @@ class World:
         return p if p is not None and p.alive and on_cpu else None
 
     def ioctl(self, tgid: int, drv: int) -> None:
+        """Counted in the CPU's slot; the task's next switch-out adds it to its process."""
         p = self._running(tgid)
         if p is None:
             return
-        self.kernel.account(tgid, p.cgroup_id, 0, drv, False)
+        cpu = next(c for c, (t, _) in enumerate(self.cpus) if t == tgid)
+        self.pending[cpu][drv] += 1
         self.truth_ioctls.setdefault(p.cgroup_id, [0, 0])[drv] += 1
 
     def exit(self, tgid: int) -> None:
@@ -220,7 +235,7 @@ class World:
             or self.kernel.boot_ns - self._dead_ns(tgid) > TOMBSTONE_GRACE_NS // 2
         ):
             return
-        self.kernel.account(tgid, p.cgroup_id, ns, -1, last)
+        self.kernel.account(tgid, p.cgroup_id, ns, [0, 0], last)
         self._truth(p.cgroup_id, ns)
 
     def _dead_ns(self, tgid: int) -> int:
@@ -285,7 +300,7 @@ class World:
         read = MapRead(
             exited=exited,
             tasks=tasks,
-            running=[RunningSlice(t, s) for t, s in self.cpus],
+            running=[RunningSlice(self._named(t), s) for t, s in self.cpus],
             running_read_ns=k.mono_ns,
             boot_ns=k.boot_ns,
             seen_at=float(self.reads),
@@ -295,6 +310,11 @@ class World:
         self.reads += 1
         self._consume(samples)
         return samples
+
+    def _named(self, tgid: int) -> int:
+        """The thread a running slot names: unknown (0) to the raw program until it has seen
+        the task switched out."""
+        return tgid if not self.raw or tgid in self.seen else 0
 
     def _consume(self, samples: list[TaskSample]) -> None:
         keys = [s.key for s in samples]
@@ -378,9 +398,9 @@ def run(world: World, ops: list[tuple[object, ...]]) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(OPS, max_size=120))
-def test_every_nanosecond_and_ioctl_counted_once(ops: list[tuple[object, ...]]) -> None:
-    world = World()
+@given(st.lists(OPS, max_size=120), st.booleans())
+def test_every_nanosecond_and_ioctl_counted_once(ops: list[tuple[object, ...]], raw: bool) -> None:
+    world = World(raw=raw)
     run(world, ops)
     world.settle()
     for c in set(world.truth_ns) | set(world.counted_ns):
@@ -431,6 +451,48 @@ def test_time_on_cpu_in_flight_is_counted_before_the_switch() -> None:
     w.advance(1_000_000_000)
     w.switch(0, 0)
     assert samples_by_key(w.read())[key].cpu_seconds == 5.001
+
+
+def test_raw_program_names_a_running_task_once_it_was_switched_out() -> None:
+    w = World(raw=True)
+    w.spawn(100, 1)
+    w.switch(0, 100)
+    w.advance(2_000_000_000)
+    # switched in, never out: the raw program cannot name it, so nothing is credited yet
+    assert w.read() == []
+    assert 100 not in w.kernel.tasks
+    w.switch(0, 0)  # its first switch-out: the slice is counted, the task is remembered
+    w.switch(0, 100)
+    w.advance(3_000_000_000)
+    key = next(iter(samples_by_key(w.read())))
+    assert samples_by_key(w.read())[key].cpu_seconds == 5.0  # in flight included
+    w.advance(1_000_000_000)
+    w.switch(0, 0)
+    assert samples_by_key(w.read())[key].cpu_seconds == 6.0
+
+
+def test_ioctls_are_added_when_the_task_leaves_its_cpu() -> None:
+    w = World()
+    w.spawn(100, 1)
+    w.switch(0, 100)
+    for _ in range(3):
+        w.ioctl(100, NVIDIA)
+    w.ioctl(100, DRM)
+    w.advance(1_000_000)
+    assert all(not s.gpu_ioctls for s in w.read())  # still in the CPU's slot
+    w.switch(0, 0)
+    (s,) = w.read()
+    assert s.gpu_ioctls == (("nvidia", 3), ("drm", 1))
+    w.switch(0, 100)  # a slice without ioctls adds none
+    w.switch(0, 0)
+    (s,) = w.read()
+    assert s.gpu_ioctls == (("nvidia", 3), ("drm", 1))
+    w.switch(1, 100)
+    w.ioctl(100, NVIDIA)
+    w.switch(1, 0)
+    (s,) = w.read()
+    assert s.gpu_ioctls == (("nvidia", 4), ("drm", 1))
+    assert w.counted_ioctls[1] == [4, 1]
 
 
 def test_exited_process_moves_to_its_cgroup_total_without_double_counting() -> None:

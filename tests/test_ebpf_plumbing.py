@@ -219,3 +219,17 @@ def test_gpu_device_nodes(tmp_path: Path) -> None:
         str(tmp_path / "nvidiactl"),
         str(tmp_path / "dri/card0"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("message", "raw"),
+    [
+        ("Failed to attach BPF to raw tracepoint", True),  # no such raw tracepoint
+        # refused at load or attach: no raw tracepoints (< 4.17), no prev_state argument (< 5.18)
+        ("Failed to load BPF program b'raw_tracepoint__sched_switch': Invalid argument", True),
+        ("Failed to compile BPF module b'/x/bpf/activity.c'", False),
+        ("Failed to attach BPF program b'tracepoint__sched__sched_process_exit'", False),
+    ],
+)
+def test_only_a_refused_raw_tracepoint_falls_back(message: str, raw: bool) -> None:
+    assert ebpf_load.raw_attach_failed(Exception(message)) is raw

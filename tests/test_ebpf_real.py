@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.readings import SourceError
-from exporter.sources.ebpf_load import find_tracefs, gpu_device_nodes
-from exporter.sources.kheaders import find_kernel_headers
+from exporter.sources.ebpf_load import gpu_device_nodes
+from tests.ebpfparts import require_ebpf
 from tests.kubecgroups import KubeContainer, kube_container, v2_root
-from tests.realparts import missing, require_binary, require_root
+from tests.realparts import require_binary, require_root
 from tests.running import ExporterProcess, Samples, parse_samples, select, start_exporter
 
 pytestmark = pytest.mark.real
@@ -89,20 +88,6 @@ for i in range(k):
 print("done", flush=True)
 signal.pause()
 """
-
-
-def require_ebpf() -> None:
-    require_root()
-    try:
-        import bcc  # noqa: F401, PLC0415
-    except ImportError:
-        missing("bcc (Debian's python3-bpfcc, bridged into the venv by scripts/setup-debian.sh)")
-    try:
-        find_tracefs()
-        find_kernel_headers()
-    except SourceError as exc:
-        missing(f"{exc.reason}: {exc.detail}")
-    v2_root()
 
 
 @pytest.fixture(scope="module")
@@ -420,3 +405,108 @@ def test_evictions_of_a_full_map_are_counted() -> None:
         assert tasks.evictions > 0
     finally:
         source.close()
+
+
+def anon_inode_fds() -> int:
+    """Open BPF program, map and perf event fds of this process."""
+    fd_dir = Path("/proc/self/fd")
+    count = 0
+    for fd in fd_dir.iterdir():
+        try:
+            count += os.readlink(fd).startswith("anon_inode:")
+        except OSError:
+            continue  # closed meanwhile (the listing's own fd)
+    return count
+
+
+@pytest.mark.parametrize("raw_switch", [True, False], ids=["raw", "classic"])
+def test_both_sched_switch_programs_count_time_and_ioctls(raw_switch: bool) -> None:
+    """The raw sched_switch program (what auto attaches on 5.18+) and the classic one it falls
+    back to: run time within 2 % of schedstat, ioctls exact (they reach the process at its
+    switch-out)."""
+    require_ebpf()
+    from exporter.config import GpuIoctls  # noqa: PLC0415
+    from exporter.sources.ebpf import EbpfSource  # noqa: PLC0415
+
+    source = EbpfSource.start(
+        Path("/proc"), Path("/sys/fs/cgroup"), None, GpuIoctls.ON, raw_switch=raw_switch
+    )
+    n, m, k = 2345, 123, 456
+    try:
+        assert source.info.switch_probe == ("raw" if raw_switch else "classic")
+        assert f"sched:sched_switch ({source.info.switch_probe} tracepoint)" in (
+            source.info.describe()
+        )
+        source.tasks()
+        busy = subprocess.Popen(
+            [sys.executable, "-c", BUSY_THEN_IOCTLS, "1.0", str(n), str(m), str(k)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert wait_line(busy) == "done"
+            time.sleep(0.2)
+            mine = [s for s in source.tasks() if s.pid == busy.pid]
+            ran = run_time_s(busy.pid)
+        finally:
+            kill(busy)
+        assert len(mine) == 1, mine
+        assert mine[0].cpu_seconds == pytest.approx(ran, rel=0.02)
+        assert mine[0].gpu_ioctls == (("nvidia", n), ("drm", m))
+    finally:
+        source.close()
+
+
+# Burns `seconds` of CPU, then issues n 'F', m 'd' and k other ioctls on /dev/null, says so
+# and sleeps until killed.
+BUSY_THEN_IOCTLS = """
+import fcntl, os, signal, sys, time
+seconds, n, m, k = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+end = time.thread_time() + seconds
+while time.thread_time() < end:
+    pass
+fd = os.open("/dev/null", os.O_RDONLY)
+def call(cmd):
+    try:
+        fcntl.ioctl(fd, cmd, bytes(16))
+    except OSError:
+        pass
+for i in range(n):
+    call(0xC0104600 | (i & 0xFF))
+for i in range(m):
+    call(0xC0106400 | (i & 0xFF))
+for i in range(k):
+    call(0x5401)
+print("done", flush=True)
+signal.pause()
+"""
+
+
+def test_refused_raw_tracepoint_falls_back_to_the_classic_one(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As on a kernel without raw tracepoints (before 4.17) or without sched_switch's
+    prev_state argument (before 5.18): one warning, the classic program, nothing left behind
+    by the refused attempt."""
+    require_ebpf()
+    import bcc  # noqa: PLC0415
+
+    from exporter.sources.ebpf_load import load  # noqa: PLC0415
+
+    def refuse(self: object, tp: bytes = b"", fn_name: bytes = b"") -> None:
+        raise Exception("Failed to attach BPF to raw tracepoint")  # bcc's own words
+
+    monkeypatch.setattr(bcc.BPF, "attach_raw_tracepoint", refuse)
+    before = anon_inode_fds()
+    loaded = load(ioctls=False)
+    try:
+        assert loaded.info.switch_probe == "classic"
+        assert b"sched:sched_switch" in loaded.bpf.tracepoint_fds
+        assert not loaded.bpf.raw_tracepoint_fds
+        warnings = [r.getMessage() for r in caplog.records if "raw tracepoint" in r.getMessage()]
+        assert len(warnings) == 1 and "using the classic" in warnings[0]
+        time.sleep(0.1)
+        assert len(loaded.bpf[b"tasks"]) > 0  # it counts
+    finally:
+        loaded.bpf.cleanup()
+    assert anon_inode_fds() == before  # the refused attempt's programs were detached too

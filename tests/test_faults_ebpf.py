@@ -15,10 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.ebpfparts import require_ebpf
 from tests.faults_support import CounterWatch, source_up
 from tests.realparts import require_binary
 from tests.running import REPO, select, start_exporter
-from tests.test_ebpf_real import require_ebpf
 
 HIDE_TRACEFS = (
     "mount -t tmpfs no-tracefs /sys/kernel/tracing && "

@@ -22,6 +22,7 @@ GOLDEN = FIXTURES / "golden" / "fixture-host.prom"
 TIME_DEPENDENT = (
     "wattprobe_collect_duration_seconds",
     "wattprobe_intervals_total",
+    "wattprobe_last_interval_timestamp_seconds",
     "wattprobe_build_info",
 )
 POWER_INTEGRATED_ZONES = ('zone="power_meter_power1"', 'zone="amdgpu_ppt"')
@@ -120,6 +121,7 @@ def run_scenario(host: FixtureHost, exporter: StartExporter) -> tuple[ExporterPr
     return proc, proc.wait_next_interval()
 
 
+@pytest.mark.smoke
 def test_golden_metrics(host: FixtureHost, exporter: StartExporter) -> None:
     _, body = run_scenario(host, exporter)
     got = normalize(body)

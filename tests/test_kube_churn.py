@@ -64,6 +64,19 @@ def workload_series(samples: Samples) -> int:
     return sum(1 for name, _ in samples if name.startswith(WORKLOAD_PREFIXES))
 
 
+def _owner(key: tuple[str, frozenset[tuple[str, str]]]) -> tuple[str, str, str]:
+    labels = dict(key[1])
+    return labels.get("container_id", ""), labels.get("pod_uid", ""), labels.get("container", "")
+
+
+def churn_series(samples: Samples) -> list[tuple[str, frozenset[tuple[str, str]]]]:
+    return [
+        k
+        for k in samples
+        if k[0].startswith(WORKLOAD_PREFIXES) and dict(k[1]).get("namespace") == "churn"
+    ]
+
+
 def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -99,6 +112,7 @@ def churn(
 ) -> dict[str, float]:
     """Run the churn; the figures it measured."""
     baseline = settled_series(exp)
+    base_keys = [k for k in exp.samples() if k[0].startswith(WORKLOAD_PREFIXES)]
     figures: dict[str, float] = {
         "baseline_series": baseline,
         "start_rss_kib": rss_kib(exp.proc.pid),
@@ -122,13 +136,16 @@ def churn(
             figures["half_rss_kib"] = rss_kib(exp.proc.pid)
     figures["churn_s"] = time.monotonic() - started
     figures["peak_series"] = peak
-    try:
-        samples = wait_samples(
-            exp, lambda s: workload_series(s) == baseline, "series back to baseline", timeout=60
-        )
-    except AssertionError:
-        left = [k for k in exp.samples() if k[0].startswith(WORKLOAD_PREFIXES)]
-        raise AssertionError(f"{len(left)} workload series, not {baseline}: {left}") from None
+    # Back to baseline: every churned pod's series is gone, and what is left belongs to the
+    # fixture's own workloads (one of which may have gained a series meanwhile, e.g. the first
+    # energy of system_processes in an interval where no task ran).
+    samples = wait_samples(exp, lambda s: not churn_series(s), "churn series gone", timeout=60)
+    owners = {_owner(k) for k in base_keys}
+    strangers = [
+        k for k in samples if k[0].startswith(WORKLOAD_PREFIXES) and _owner(k) not in owners
+    ]
+    assert not strangers, f"series of unknown workloads left: {strangers}"
+    figures["end_series"] = workload_series(samples)
     assert not labels_of(samples, "wattprobe_container_cpu_seconds_total", namespace="churn")
     time.sleep(1.0)  # a few more intervals with everything expired
     figures["end_rss_kib"] = rss_kib(exp.proc.pid)

@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES
+from tests.ebpfparts import require_ebpf
 from tests.faults_support import CounterWatch
 from tests.fixturehost import FixtureHost
 from tests.kubeenv import KubeNode, add_nvidia_gpus, kube_node, source_up, ticking
 from tests.realparts import require_binary, require_root
 from tests.running import ExporterProcess, select, start_exporter
-from tests.test_ebpf_real import require_ebpf
 
 NOBODY = ["--reuid=65534", "--regid=65534", "--clear-groups", "--no-new-privs"]
 ENV = {"HOME": "/nonexistent", "PYTHONDONTWRITEBYTECODE": "1"}

@@ -8,14 +8,15 @@ import time
 
 import pytest
 
-from tests.cgroupv2 import kubepods_container, move_into
 from tests.conftest import StartExporter
 from tests.invariants import check_exposition
+from tests.kubecgroups import kube_container
 from tests.running import select
 
 
 def test_serve_with_no_flags_estimates_power_and_splits_it(exporter: StartExporter) -> None:
-    with kubepods_container() as (cgroup, pod_uid, container_id):
+    with kube_container() as container:
+        pod_uid, container_id = container.pod_uid, container.container_id
         busy = subprocess.Popen(
             [
                 sys.executable,
@@ -24,7 +25,7 @@ def test_serve_with_no_flags_estimates_power_and_splits_it(exporter: StartExport
             ]
         )
         try:
-            move_into(cgroup, busy.pid)
+            container.add(busy.pid)
             proc = exporter("--interval", "1s")
             proc.wait_for("/readyz")
             time.sleep(3)

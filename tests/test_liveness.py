@@ -2,10 +2,12 @@
 scraping real exporters (tests/livestack.py), must parse, refer to series that exist, and -
 for dashboard panels - return data whose legend labels are filled.
 
-What cannot work yet is listed below, per branch that will make it work, with the reason. The
-lists are exact both ways: something failing that is not listed fails the test, and something
-listed that already works fails it too ("remove it from the list"), so after merging a branch
-its list is emptied and this test proves those panels live.
+The fleet has every source: fixture nodes with RAPL, hwmon, fake NVML GPUs, pod names from a
+kubelet or an apiserver and GPU allocations from PodResources, and this machine itself with real
+eBPF probes. Every panel and every variable must therefore work: PENDING is empty. Should a
+panel ever need a source the fleet cannot have yet, it is listed there with the reason; the list
+is exact both ways (something failing that is not listed fails the test, and something listed
+that works fails it too: "remove it from the list").
 
 Keys: "panel <dashboard uid> / <panel title>", "variable $<name>", "metric <name>",
 "label <metric>{<label>}".
@@ -26,7 +28,18 @@ import yaml
 
 from alerts.generate import RULES_FILE
 from dashboards.generate import DASHBOARDS_DIR
+from tests import liveebpf
 from tests.livegpus import APP_FAULT, BUSY_GPU, CRITICAL, HOT_GPU, HOTTER_GPU, OFF_THE_BUS
+from tests.livekube import (
+    GPU_NAMESPACE,
+    H100_HOLDERS,
+    H100_PODS,
+    IDLE_GPU,
+    MIG_HOLDERS,
+    MIG_PODS,
+    POD_IDLE,
+    pod_name,
+)
 from tests.livestack import SCRAPE_INTERVAL_S, LiveStack, start_live_stack
 from tests.monitoringstack import PrometheusAPI, PromQLError
 from tests.nvml.pods import POD_A, POD_B
@@ -37,61 +50,13 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 COLLECT_S = float(os.environ.get("WATTPROBE_LIVENESS_SECONDS", "40"))
 
-_KUBE = (
-    "pod and namespace names come from the kubelet (branch issue-5-kube); until then the "
-    "pod/namespace labels are empty, so Prometheus stores no such label"
-)
-_ALLOC = "GPU -> pod allocation comes from PodResources (branch issue-5-kube)"
-_EBPF = "comes from the eBPF activity source (branch issue-3-ebpf); /proc sees no GPU ioctls"
+PENDING: dict[str, str] = {}
 
-PENDING_UNTIL_KUBE: dict[str, str] = {
-    "variable $namespace": _KUBE,
-    "variable $pod": _KUBE,
-    "metric wattprobe_gpu_allocation_info": _ALLOC,
-    "label wattprobe_pod_energy_joules_total{namespace}": _KUBE,
-    "label wattprobe_pod_energy_joules_total{pod}": _KUBE,
-    "label wattprobe_container_energy_joules_total{namespace}": _KUBE,
-    "label wattprobe_container_energy_joules_total{pod}": _KUBE,
-    "label wattprobe_container_cpu_seconds_total{namespace}": _KUBE,
-    "label wattprobe_container_cpu_seconds_total{pod}": _KUBE,
-    "label namespace_pod_zone:wattprobe_pod_energy_joules:sum_rate5m{namespace}": _KUBE,
-    "label namespace_pod_zone:wattprobe_pod_energy_joules:sum_rate5m{pod}": _KUBE,
-    "label namespace_zone:wattprobe_pod_energy_joules:sum_rate5m{namespace}": _KUBE,
-    "panel wattprobe-cluster-power / Top namespaces by power": _KUBE,
-    "panel wattprobe-cluster-power / Top pods by power": _KUBE,
-    "panel wattprobe-cluster-power / Namespace power": _KUBE,
-    "panel wattprobe-cluster-power / Namespace energy over the selected range": _KUBE,
-    **{
-        f"panel wattprobe-pod-power / {title}": _KUBE
-        for title in (
-            "Namespace power by zone",
-            "Pods of the namespace by power",
-            "Namespace power across the cluster",
-            "Pod CPU power",
-            "Pod GPU power",
-            "Pod share of its node",
-            "Pod share of its GPUs",
-            "Pod energy over the selected range",
-            "Container power",
-            "Container CPU usage",
-            "Container GPU driver calls",
-        )
-    },
-    "panel wattprobe-gpu-fleet / GPU allocation": _ALLOC,
-    "panel wattprobe-gpu-fleet / Per-pod GPU power": _KUBE,
-    "panel wattprobe-gpu-fleet / Per-pod GPU energy over the selected range": _KUBE,
-    "panel wattprobe-gpu-fleet / Allocated GPUs idle for 1 h": _ALLOC,
-}
-
-PENDING_UNTIL_EBPF: dict[str, str] = {
-    # the counter name is our assumption for the eBPF engineer's eviction counter
-    "metric wattprobe_ebpf_map_evictions_total": _EBPF,
-    "metric wattprobe_container_gpu_ioctls_total": _EBPF,
-    "panel wattprobe-exporter-health / eBPF map evictions": _EBPF,
-    "panel wattprobe-pod-power / Container GPU driver calls": _EBPF,
-}
-
-PENDING = {**PENDING_UNTIL_KUBE, **PENDING_UNTIL_EBPF}
+# Variable values the dashboards are looked at with, where Grafana's default (the first value)
+# would not show everything: the first namespace, "batch", has no GPU pods and issues no GPU
+# driver calls, so its GPU panels are rightly empty. The fleet's GPU pods (and the eBPF node's
+# GPU client) run in GPU_NAMESPACE; it must be one of the variable's values.
+SELECTED = {"namespace": GPU_NAMESPACE}
 
 # Labels that legitimately do not exist in this test's single-cluster Prometheus.
 OPTIONAL_LABELS = {"cluster": 'single cluster: no cluster label, cluster="" matches'}
@@ -203,7 +168,11 @@ def resolve_variables(
             if f"variable ${name}" in PENDING:
                 verdict.pending.add(f"variable ${name}")
         verdicts[name] = verdict
-        if var.get("includeAll"):
+        if name in SELECTED:
+            if SELECTED[name] not in found:
+                verdict.problems.append(f"{SELECTED[name]!r} is not one of {found}")
+            values[name] = SELECTED[name]
+        elif var.get("includeAll"):
             values[name] = var.get("allValue", ".*")
         else:
             values[name] = found[0] if found else ""
@@ -265,7 +234,7 @@ def judge(key: str, verdict: Verdict) -> str | None:
             return f"{key}: fails through pending {pending} but is not listed: {verdict.problems}"
         return f"{key}: {verdict.problems}"
     if not verdict.problems and listed:
-        return f"{key}: works now - remove it from the PENDING_UNTIL_* list ({PENDING[key]})"
+        return f"{key}: works now - remove it from PENDING ({PENDING[key]})"
     return None
 
 
@@ -403,6 +372,109 @@ def test_gpu_energy_rates_follow_power_and_split_between_pods(stack: LiveStack) 
     assert pods[POD_A.pod_uid] / pods[POD_B.pod_uid] == pytest.approx(3, rel=0.01)
 
 
+def test_pods_are_named_by_both_pod_sources(stack: LiveStack) -> None:
+    """Every pod of the fixture nodes is named, through the kubelet and through the apiserver
+    alike, and the pod picker lists the fleet's real pod names."""
+    api = stack.api
+    fixture_nodes = 'node=~"measured|gpu|sensorless|broken"'
+    unnamed = api.query(f'wattprobe_pod_energy_joules_total{{{fixture_nodes}, pod=""}}')
+    assert not unnamed, [s["metric"] for s in unnamed]
+
+    def names(node: str) -> set[tuple[str, str, str]]:
+        rows = api.series(f'wattprobe_container_cpu_seconds_total{{node="{node}", pod!=""}}')
+        return {(r["namespace"], r["pod"], r.get("container", "")) for r in rows}
+
+    by_kubelet, by_apiserver = names("measured"), names("broken")
+    assert ("shop", "web-7d9c8b6f5-x2k4p", "nginx") in by_kubelet
+    # the static pod too: the apiserver shows it as a mirror pod with another uid
+    assert ("kube-system", "kube-apiserver-node-1", "kube-apiserver") in by_apiserver
+    assert by_kubelet == by_apiserver
+
+    board = next(d for d in dashboards().values() if d["uid"] == "wattprobe-pod-power")
+    values, _ = resolve_variables(board, Catalogue(api, api.metric_names()), {})
+    pod_var = next(v for v in board["templating"]["list"] if v["name"] == "pod")
+    parsed = label_values_query(substitute(pod_var["query"], values))
+    assert parsed is not None
+    expr, label = parsed
+    assert {s[label] for s in api.series(expr)} == {
+        "trainer-0",  # the fixture's
+        *(name for _pod, name, _container in (*H100_PODS, *MIG_PODS)),
+        liveebpf.POD,
+    }
+
+
+def test_gpu_allocation_panels_show_who_holds_which_gpu(stack: LiveStack) -> None:
+    """PodResources' assignments as the GPU fleet dashboard shows them: time-slices, MIG
+    instances, and the one allocated GPU nobody uses."""
+    h100, a100 = stack.node("gpu").gpus, stack.node("sensorless").gpus
+    assert h100 is not None and a100 is not None
+    fleet = "wattprobe-gpu-fleet"
+    rows = run_panel(stack, fleet, "GPU allocation")["A"]
+    got = {
+        (
+            s["metric"]["node"],
+            s["metric"]["gpu"],
+            s["metric"].get("gpu_instance", ""),
+            s["metric"]["pod"],
+        ): float(s["value"][1])
+        for s in rows
+    }
+    want = {
+        ("gpu", str(gpu), "", pod_name(pod)): h100.scenario.number(f"gpu.{gpu}.util.gpu") / 100
+        for gpu, holders in H100_HOLDERS.items()
+        for pod in holders
+    }
+    assert {k: v for k, v in got.items() if k[0] == "gpu"} == pytest.approx(want)
+    # MIG instances: held, but NVML gives no utilization in MIG mode (n/a in the table)
+    mig = {k[2:]: v for k, v in got.items() if k[0] == "sensorless"}
+    assert set(mig) == {
+        (a100.scenario[f"gpu.0.mig.{device}.gi"], pod_name(pod))
+        for device, pod in MIG_HOLDERS.items()
+    }
+    assert all(math.isnan(v) for v in mig.values())
+    assert set(got) == set(want) | {("sensorless", "0", *k) for k in mig}
+
+    (idle,) = run_panel(stack, fleet, "Allocated GPUs idle for 1 h")["A"]
+    assert last(idle) == 1  # GPU 4 (held by the notebook); 6 and 7 are idle but not held
+
+
+def test_ebpf_panels_show_the_gpu_client(stack: LiveStack) -> None:
+    """The eBPF node's real probes: the GPU client's driver calls under its pod's name, and the
+    maps' fill and (no) evictions."""
+    calls = run_panel(stack, "wattprobe-pod-power", "Container GPU driver calls")["A"]
+    assert {
+        (s["metric"]["pod"], s["metric"]["container"], s["metric"]["driver"]) for s in calls
+    } == {(liveebpf.POD, liveebpf.CONTAINER, "nvidia"), (liveebpf.POD, liveebpf.CONTAINER, "drm")}
+    window = int(time.time() - stack.started) - 4 * SCRAPE_INTERVAL_S
+    rates = {
+        s["metric"]["driver"]: float(s["value"][1])
+        for s in stack.api.query(
+            # the pod: other ioctl-issuing containers may come and go on this machine
+            "rate(wattprobe_container_gpu_ioctls_total"
+            f'{{node="{liveebpf.NODE}", pod="{liveebpf.POD}"}}[{window}s])'
+        )
+    }
+    # 40 NVIDIA and 10 DRM ioctls per batch, a batch at most every 0.1 s
+    per_s = 1 / liveebpf.BATCH_S
+    assert (
+        0.3 * per_s * liveebpf.NVIDIA_PER_BATCH
+        < rates["nvidia"]
+        <= 1.05 * per_s * liveebpf.NVIDIA_PER_BATCH
+    )
+    assert rates["nvidia"] / rates["drm"] == pytest.approx(
+        liveebpf.NVIDIA_PER_BATCH / liveebpf.DRM_PER_BATCH, rel=0.05
+    )
+
+    health = "wattprobe-exporter-health"
+    fill = {s["metric"]["map"]: last(s) for s in run_panel(stack, health, "eBPF map fill")["A"]}
+    assert set(fill) == {"tasks", "exited"}
+    assert 0 < fill["tasks"] < 0.8  # this machine's processes, far from the bound
+    drops = run_panel(stack, health, "eBPF map evictions and insert failures")
+    for ref in ("A", "B"):
+        assert {s["metric"]["map"] for s in drops[ref]} == {"tasks", "exited"}
+        assert all(float(v) == 0 for s in drops[ref] for _t, v in s["values"]), ref
+
+
 # -- rules ------------------------------------------------------------------------------------
 
 
@@ -427,11 +499,11 @@ def test_every_rule_expression_parses_and_refers_to_existing_series(stack: LiveS
     # the metric and label entries of the pending lists must all still be missing
     for key in sorted(k for k in PENDING if k.startswith(("metric ", "label "))):
         if key.startswith("metric ") and key.removeprefix("metric ") in cat.names:
-            failures.append(f"{key}: exists now - remove it from the PENDING_UNTIL_* list")
+            failures.append(f"{key}: exists now - remove it from PENDING")
         if key.startswith("label "):
             metric, label = key.removeprefix("label ").rstrip("}").split("{")
             if metric in cat.names and label in cat.labels(metric):
-                failures.append(f"{key}: exists now - remove it from the PENDING_UNTIL_* list")
+                failures.append(f"{key}: exists now - remove it from PENDING")
     assert not failures, "\n".join(failures)
 
 
@@ -447,9 +519,9 @@ def test_recording_rules_produce_series(stack: LiveStack) -> None:
 
 # -- alerts -----------------------------------------------------------------------------------
 
-# What the live fleet's faults must fire (tests/livestack.py, tests/livegpus.py), as
-# (alertname, node, severity, the labels that say which GPU, XID, instance or source): no more,
-# no fewer. WattprobeGpuIdleWhileAllocated needs PodResources (branch issue-5-kube).
+# What the live fleet's faults must fire (tests/livestack.py, tests/livegpus.py,
+# tests/livekube.py), as (alertname, node, severity, the labels that say which GPU, XID,
+# instance or source): no more, no fewer.
 WHICH = ("gpu", "gpu_instance", "xid", "source", "reason")
 AlertKey = tuple[str, str, str, tuple[tuple[str, str], ...]]
 
@@ -461,6 +533,7 @@ def alert_key(labels: dict[str, str]) -> AlertKey:
 
 EXPECTED_FIRING: set[AlertKey] = {
     ("WattprobeNodePowerEstimated", "sensorless", "info", ()),
+    ("WattprobeNodePowerEstimated", liveebpf.NODE, "info", ()),  # this machine: no RAPL, hwmon
     ("WattprobeTargetDown", "gone", "warning", ()),
     (
         "WattprobeSourceDown",
@@ -486,6 +559,8 @@ EXPECTED_FIRING: set[AlertKey] = {
         "critical",
         (("gpu", "0"), ("gpu_instance", "13")),
     ),
+    # GPU 4 only: GPUs 6 and 7 are as idle but held by nobody, the MIG GPU reports no utilization
+    ("WattprobeGpuIdleWhileAllocated", "gpu", "info", (("gpu", str(IDLE_GPU)),)),
 }
 
 
@@ -500,15 +575,31 @@ def test_alert_rules_fire_exactly_where_the_live_fleet_is_degraded(stack: LiveSt
     assert got == EXPECTED_FIRING, (
         f"unexpected: {sorted(got - EXPECTED_FIRING)}\nmissing: {sorted(EXPECTED_FIRING - got)}"
     )
-    # the sensorless node's rapl and hwmon are down with reason="absent": no alert for them;
-    # nodes without a GPU (no libnvidia-ml.so.1, no /proc/driver/nvidia) report nvml absent
+    # the sensorless node's and this machine's rapl and hwmon are down with reason="absent": no
+    # alert for them; nodes without a GPU (no libnvidia-ml.so.1, no /proc/driver/nvidia) report
+    # nvml absent
     absent = stack.api.query('wattprobe_source_up{reason="absent"} == 0')
     assert {(s["metric"]["node"], s["metric"]["source"]) for s in absent} == {
         ("sensorless", "rapl"),
         ("sensorless", "hwmon"),
         ("measured", "nvml"),
         ("broken", "nvml"),
+        (liveebpf.NODE, "rapl"),
+        (liveebpf.NODE, "hwmon"),
+        (liveebpf.NODE, "nvml"),
     }
+    # every pod source, PodResources and eBPF source of the fleet is up
+    up = stack.api.query('wattprobe_source_up{source=~"kubelet|apiserver|podresources|ebpf"} == 1')
+    assert sorted((s["metric"]["node"], s["metric"]["source"]) for s in up) == [
+        ("broken", "apiserver"),
+        (liveebpf.NODE, "ebpf"),
+        (liveebpf.NODE, "kubelet"),
+        ("gpu", "kubelet"),
+        ("gpu", "podresources"),
+        ("measured", "kubelet"),
+        ("sensorless", "kubelet"),
+        ("sensorless", "podresources"),
+    ]
     gpu = stack.node("gpu").gpus
     assert gpu is not None
     by_key = {alert_key(a["labels"]): a for a in firing}
@@ -522,6 +613,16 @@ def test_alert_rules_fire_exactly_where_the_live_fleet_is_degraded(stack: LiveSt
     )
     a100 = stack.node("sensorless").gpus
     assert a100 is not None
+    idle = by_key[("WattprobeGpuIdleWhileAllocated", "gpu", "info", (("gpu", str(IDLE_GPU)),))]
+    assert {k: idle["labels"][k] for k in ("namespace", "pod", "container", "uuid")} == {
+        "namespace": GPU_NAMESPACE,
+        "pod": pod_name(POD_IDLE),
+        "container": "jupyter",
+        "uuid": gpu.uuid(IDLE_GPU),
+    }
+    assert idle["annotations"]["summary"] == (
+        f"GPU {IDLE_GPU} on gpu is allocated to {GPU_NAMESPACE}/{pod_name(POD_IDLE)} but idle."
+    )
     full = next(a for k, a in by_key.items() if k[0] == "WattprobeGpuMemoryNearlyFull")
     assert full["labels"]["compute_instance"] == "0"
     assert full["annotations"]["description"].startswith(
@@ -535,7 +636,12 @@ def test_alertmanager_delivers_the_firing_alerts_to_a_webhook(stack: LiveStack) 
 
     alerts = stack.webhook.wait_for(delivered, timeout=60)
     assert delivered(alerts), f"webhook got {alerts}\n{stack.logs()}"
-    estimated = next(a for a in alerts if a["labels"]["alertname"] == "WattprobeNodePowerEstimated")
+    estimated = next(
+        a
+        for a in alerts
+        if a["labels"]["alertname"] == "WattprobeNodePowerEstimated"
+        and a["labels"]["node"] == "sensorless"
+    )
     assert estimated["status"] == "firing"
     sensorless = stack.node("sensorless")
     assert sensorless.exporter is not None

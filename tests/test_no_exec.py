@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.ebpfparts import require_ebpf
 from tests.fixturehost import FixtureHost
 from tests.kubeenv import kube_node, source_up, ticking, wait_samples
 from tests.nvml.build import build_fake_nvml
 from tests.nvml.scenario import Scenario
 from tests.realparts import require_binary
 from tests.running import REPO, start_exporter
-from tests.test_ebpf_real import require_ebpf
 
 EXPORTER = REPO / "exporter"
 FORBIDDEN_MODULES = {

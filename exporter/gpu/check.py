@@ -33,6 +33,9 @@ class NvmlCheck:
     found: str = ""
     reason: str = ""
     fix: str = ""
+    code: str = ""  # the short reason alone ("absent", "library not found", ...)
+    detail: str = ""
+    items: tuple[str, ...] = ()  # one line per GPU: "0 NVIDIA H100 80GB HBM3 (MIG off)"
 
 
 def describe_gpu(gpu: GpuReading) -> str:
@@ -69,7 +72,17 @@ def check_nvml(procfs: Path) -> NvmlCheck:
     try:
         reading = source.read()
     except SourceError as exc:
-        return NvmlCheck(False, reason=f"{exc.reason}: {exc.detail}", fix=FIXES.get(exc.reason, ""))
+        return NvmlCheck(
+            False,
+            reason=f"{exc.reason}: {exc.detail}",
+            fix=FIXES.get(exc.reason, ""),
+            code=exc.reason,
+            detail=exc.detail,
+        )
     finally:
         source.close()
-    return NvmlCheck(True, found=describe(reading))
+    items = tuple(
+        f"{gpu.index} {describe_gpu(gpu)}" + ("" if gpu.lost else f" {gpu.uuid}")
+        for gpu in reading.gpus
+    )
+    return NvmlCheck(True, found=describe(reading), items=items)

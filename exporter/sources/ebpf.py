@@ -150,8 +150,13 @@ class EbpfSource:
         cgroupfs: Path,
         kernel_headers: Path | None = None,
         gpu_ioctls: GpuIoctls = GpuIoctls.AUTO,
+        *,
+        raw_switch: bool | None = None,
     ) -> EbpfSource:
-        """Check, compile, attach: raises SourceError with a reason from ebpf_load.FIXES."""
+        """Check, compile, attach: raises SourceError with a reason from ebpf_load.FIXES.
+
+        raw_switch: see ebpf_load.load (None: a raw sched_switch tracepoint where the kernel
+        has them, else the classic one)."""
         if not (procfs / "self" / "stat").is_file():
             # the probes report the kernel's own pids: they must be looked up in a live /proc
             raise SourceError(NOT_LIVE_PROCFS, f"{procfs} is not a live procfs (no self/stat)")
@@ -166,7 +171,7 @@ class EbpfSource:
             ioctls = bool(gpu_device_nodes())
         else:
             ioctls = gpu_ioctls is GpuIoctls.ON
-        loaded = load(kernel_headers, ioctls=ioctls)
+        loaded = load(kernel_headers, ioctls=ioctls, raw_switch=raw_switch)
         index = CgroupIdIndex(root)
         index.walk()
         log.info("eBPF activity source loaded: %s; cgroup v2 at %s", loaded.info.describe(), root)

@@ -68,6 +68,7 @@ FIXES: dict[str, str] = {
 TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 
 REQUIRED_TRACEPOINTS = (("sched", "sched_switch"), ("sched", "sched_process_exit"))
+SCHED_SWITCH = "sched:sched_switch"
 IOCTL_TRACEPOINT = ("syscalls", "sys_enter_ioctl")
 EXEC_TRACEPOINT = ("sched", "sched_process_exec")
 ATTACH_TRACEPOINT = ("cgroup", "cgroup_attach_task")
@@ -75,6 +76,10 @@ MKDIR_TRACEPOINT = ("cgroup", "cgroup_mkdir")
 
 MAX_TASKS = 32768  # live processes plus tombstones of the processes that exited in one interval
 MAX_CGROUPS = 8192
+SEEN_BITS = 16  # the raw sched_switch program's task cache: 65536 slots of 16 bytes
+
+RAW = "raw"  # sched_switch attached as a raw tracepoint (4.17+): no argument formatting
+CLASSIC = "classic"  # through tracefs's sched:sched_switch: costs more per context switch
 
 CAP_SYS_ADMIN = 21
 CAP_PERFMON = 38
@@ -93,13 +98,18 @@ class LoadInfo:
     switched_off: tuple[str, ...] = ()  # optional tracepoints not attached on purpose
     max_tasks: int = MAX_TASKS
     max_cgroups: int = MAX_CGROUPS
+    switch_probe: str = CLASSIC  # how sched:sched_switch is attached: RAW or CLASSIC
 
     def describe(self) -> str:
         missing = f"; missing {', '.join(self.missing_optional)}" if self.missing_optional else ""
         if self.switched_off:
             missing += f"; off: {', '.join(self.switched_off)}"
+        names = [
+            f"{tp} ({self.switch_probe} tracepoint)" if tp == SCHED_SWITCH else tp
+            for tp in self.tracepoints
+        ]
         return (
-            f"tracepoints {', '.join(self.tracepoints)}{missing}; {self.headers.describe()}; "
+            f"tracepoints {', '.join(names)}{missing}; {self.headers.describe()}; "
             f"compiled in {self.compile_s:.2f}s"
         )
 
@@ -238,9 +248,17 @@ def load(
     ioctls: bool = True,
     max_tasks: int = MAX_TASKS,
     max_cgroups: int = MAX_CGROUPS,
+    raw_switch: bool | None = None,
+    source: Path | None = None,
 ) -> Loaded:
-    """Check, compile and attach. Raises SourceError with a reason from FIXES."""
-    source = bpf_source()
+    """Check, compile and attach. Raises SourceError with a reason from FIXES.
+
+    raw_switch: attach sched_switch as a raw tracepoint (True), through tracefs (False), or try
+    raw and fall back to tracefs if the kernel refuses it (None; kernels before 4.17 do, and pay
+    a second compile).
+    source: another version of bpf/activity.c (benchmarks compare one with the current).
+    """
+    source = source or bpf_source()
     try:
         import bcc  # noqa: PLC0415 (optional dependency, imported only when eBPF is wanted)
     except ImportError as exc:
@@ -272,17 +290,20 @@ def load(
             optional_missing.append(f"{category}:{event}")
     cflags += headers.cflags()
 
+    switch_probe = CLASSIC if raw_switch is False else RAW
     start = time.perf_counter()
-    with bcc_environment(headers.environment()), _captured_output() as output:
-        try:
-            # TRACEPOINT_PROBE functions are attached by the constructor itself
-            bpf = bcc.BPF(src_file=str(source).encode(), cflags=cflags)
-        except Exception as exc:  # bcc raises bare Exception for compile and attach errors
-            error: Exception | None = exc
-        else:
-            error = None
+    bpf, error, text = _compile(bcc, source, headers, cflags, switch_probe)
+    if error is not None and raw_switch is None and raw_attach_failed(error):
+        # the kernel refused the raw tracepoint itself (before 4.17 it has none): the classic
+        # one does the same job at a higher cost per context switch
+        log.warning(
+            "raw tracepoint sched_switch unavailable (%s); using the classic "
+            "sched:sched_switch tracepoint",
+            error,
+        )
+        switch_probe = CLASSIC
+        bpf, error, text = _compile(bcc, source, headers, cflags, switch_probe)
     compile_s = time.perf_counter() - start
-    text = output[0] if output else ""
     if error is not None:
         reason = COMPILE_FAILED if "compile" in str(error).lower() else LOAD_FAILED
         if _looks_like_permission(text + str(error)):
@@ -300,8 +321,42 @@ def load(
         switched_off=() if ioctls else ("syscalls:sys_enter_ioctl (GPU ioctls)",),
         max_tasks=max_tasks,
         max_cgroups=max_cgroups,
+        switch_probe=switch_probe,
     )
     return Loaded(bpf, info)
+
+
+def _compile(
+    bcc: Any, source: Path, headers: KernelHeaders, cflags: list[str], switch_probe: str
+) -> tuple[Any, Exception | None, str]:
+    """(bcc.BPF or None, the exception if it failed, compiler output)."""
+    if switch_probe == RAW:
+        cflags = [*cflags, "-DWATTPROBE_RAW_SWITCH", f"-DWATTPROBE_SEEN_BITS={SEEN_BITS}"]
+    made: list[Any] = []
+
+    class Bpf(bcc.BPF):  # type: ignore[misc]
+        def _trace_autoload(self) -> None:
+            made.append(self)  # so that what it attached before failing can be detached
+            super()._trace_autoload()
+
+    bpf: Any = None
+    error: Exception | None = None
+    with bcc_environment(headers.environment()), _captured_output() as output:
+        try:
+            # TRACEPOINT_PROBE and RAW_TRACEPOINT_PROBE functions are attached by the constructor
+            bpf = Bpf(src_file=str(source).encode(), cflags=cflags)
+        except Exception as exc:  # bcc raises bare Exception for compile and attach errors
+            error = exc
+            for partial in made:
+                with contextlib.suppress(Exception):
+                    partial.cleanup()
+    return bpf, error, output[0] if output else ""
+
+
+def raw_attach_failed(error: Exception) -> bool:
+    """bcc's errors for loading or attaching the raw tracepoint program."""
+    text = str(error)
+    return "raw tracepoint" in text or "raw_tracepoint__" in text
 
 
 def _release_compiler_memory() -> None:

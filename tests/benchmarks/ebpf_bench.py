@@ -6,14 +6,17 @@ Measures, and prints as a Markdown table:
 - bcc compile-and-attach time of the probes (what `wattprobe serve` pays once at start-up);
 - a context-switch-heavy microbenchmark: two processes pinned to one CPU bounce a byte through
   pipes (every round trip is two context switches and four syscalls), with and without the probes
-  attached; runs of the three settings (none, scheduler probes, all) are interleaved and each is
-  compared with the bare run next to it, so drift on a shared machine cancels; the pair runs
+  attached; runs of the settings (none; empty sched_switch programs, classic and raw; the
+  scheduler probes and all probes, each with the raw sched_switch program wattprobe attaches and
+  with the classic one it falls back to) are interleaved in rotating order and each is compared
+  with the bare run of the same round, so drift on a shared machine cancels; the pair runs
   SCHED_FIFO so other tenants' tasks do not take turns inside a run (an attached syscall
   tracepoint puts every syscall of every task on the kernel's tracing path, ioctl or not, hence
   the two probe settings);
 - the mean run time per event of each program from the kernel's own BPF statistics
   (kernel.bpf_stats_enabled, run_time_ns / run_cnt in the program's fdinfo), with separate
-  figures for ioctls the program filters out and those it counts;
+  figures for ioctls the program filters out and those it counts, and the same for empty
+  programs on the same hooks: what the statistics and the call itself cost;
 - the exporter's resident memory after start-up with the eBPF source and with procfs, and what
   one interval's read of each source costs (wattprobe_collect_duration_seconds).
 """
@@ -22,7 +25,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import logging
+import math
 import os
 import platform
 import statistics
@@ -35,11 +40,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exporter.sources.ebpf_load import Loaded, bcc_environment, load
+from exporter.sources.ebpf_load import RAW, SCHED_SWITCH, Loaded, bcc_environment, load
 from exporter.workloads.cgroup_ids import find_v2_root
 from tests.running import parse_samples, select, start_exporter
 
 HERE = Path(__file__).resolve().parent
+RAW_SWITCH_FN = "raw_tracepoint__sched_switch"
 PROGRAMS = {
     "sched:sched_switch": "tracepoint__sched__sched_switch",
     "sched:sched_process_exit": "tracepoint__sched__sched_process_exit",
@@ -49,6 +55,7 @@ PROGRAMS = {
     "cgroup:cgroup_mkdir": "tracepoint__cgroup__cgroup_mkdir",
 }
 SCHED_ONLY = ("sched:sched_switch", "sched:sched_process_exit", "sched:sched_process_exec")
+IOCTL = "syscalls:sys_enter_ioctl"
 TCGETS = 0x5401  # a terminal ioctl: the probe looks at it and lets it go
 NVIDIA_CMD = 0xC0104601  # _IOWR('F', 1, 16): the probe counts it
 STATS_SYSCTL = Path("/proc/sys/kernel/bpf_stats_enabled")
@@ -64,28 +71,51 @@ class Probes:
     def bpf(self) -> Any:
         return self.loaded.bpf
 
+    @property
+    def raw(self) -> bool:
+        return self.loaded.info.switch_probe == RAW
+
     def attach(self, which: tuple[str, ...] = tuple(PROGRAMS)) -> None:
         for tp in which:
-            if tp in self.loaded.info.tracepoints and tp.encode() not in self.bpf.tracepoint_fds:
+            if tp not in self.loaded.info.tracepoints:
+                continue
+            if tp == SCHED_SWITCH and self.raw:
+                if b"sched_switch" not in self.bpf.raw_tracepoint_fds:
+                    self.bpf.attach_raw_tracepoint(
+                        tp=b"sched_switch", fn_name=RAW_SWITCH_FN.encode()
+                    )
+            elif tp.encode() not in self.bpf.tracepoint_fds:
                 self.bpf.attach_tracepoint(tp=tp.encode(), fn_name=PROGRAMS[tp].encode())
 
     def detach(self) -> None:
         for tp in list(self.bpf.tracepoint_fds):
             self.bpf.detach_tracepoint(tp)
+        for tp in list(self.bpf.raw_tracepoint_fds):
+            self.bpf.detach_raw_tracepoint(tp)
 
     def run_stats(self) -> dict[str, tuple[int, int]]:
-        """(run_time_ns, run_cnt) per attached program, from the kernel's fdinfo."""
-        out = {}
-        for tp, fn in PROGRAMS.items():
-            func = self.bpf.funcs.get(fn.encode())
-            if func is None:
-                continue
-            fields = {}
-            for line in Path(f"/proc/self/fdinfo/{func.fd}").read_text().splitlines():
-                key, _, value = line.partition(":")
-                fields[key.strip()] = value.strip()
-            out[tp] = (int(fields.get("run_time_ns", 0)), int(fields.get("run_cnt", 0)))
-        return out
+        """(run_time_ns, run_cnt) per loaded program, from the kernel's fdinfo."""
+        functions = dict(PROGRAMS)
+        if self.raw:
+            functions[SCHED_SWITCH] = RAW_SWITCH_FN
+        return {
+            tp: fd_run_stats(self.bpf, fn)
+            for tp, fn in functions.items()
+            if fn_loaded(self.bpf, fn)
+        }
+
+
+def fn_loaded(bpf: Any, fn: str) -> bool:
+    return fn.encode() in bpf.funcs
+
+
+def fd_run_stats(bpf: Any, fn: str) -> tuple[int, int]:
+    """(run_time_ns, run_cnt) of one program, from the kernel's fdinfo."""
+    fields = {}
+    for line in Path(f"/proc/self/fdinfo/{bpf.funcs[fn.encode()].fd}").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    return int(fields.get("run_time_ns", 0)), int(fields.get("run_cnt", 0))
 
 
 def build_load(tmp: Path) -> Path:
@@ -135,61 +165,121 @@ class PingPong:
         return statistics.median(self.runs[setting])
 
     def slowdown(self, setting: str) -> tuple[float, float, float]:
-        """Median, lowest and highest per-round ratio minus one: adjacent runs are compared,
-        so load from other tenants that changes between rounds cancels."""
+        """Median per-round ratio minus one, with a 95 % confidence interval (distribution-free,
+        from order statistics): each run is compared with the bare run of its round, so load
+        from other tenants that changes between rounds cancels."""
         ratios = sorted(on / off - 1 for on, off in zip(self.runs[setting], self.bare, strict=True))
-        return statistics.median(ratios), ratios[0], ratios[-1]
+        n = len(ratios)
+        half_width = 0.98 * math.sqrt(n)  # 1.96 sqrt(n) / 2 ranks either side of the middle
+        low = max(0, math.floor(n / 2 - half_width))
+        high = min(n - 1, math.ceil(n / 2 + half_width) - 1)
+        return statistics.median(ratios), ratios[low], ratios[high]
+
+    def quartile_slowdown(self, setting: str) -> float:
+        """Ratio of the lower quartiles minus one: interference on a shared VM (steal, other
+        tenants) only ever adds time, so the faster runs of each setting are the cleaner ones."""
+        return lower_quartile(self.runs[setting]) / lower_quartile(self.bare) - 1
+
+
+def lower_quartile(values: list[float]) -> float:
+    return statistics.quantiles(values, n=4)[0] if len(values) > 1 else values[0]
 
 
 EMPTY_PROGRAMS = """
 TRACEPOINT_PROBE(sched, sched_switch) { return 0; }
 RAW_TRACEPOINT_PROBE(sched_switch) { return 0; }
+TRACEPOINT_PROBE(syscalls, sys_enter_ioctl) { return 0; }
 """
+EMPTY_CLASSIC = ("tracepoint", b"sched:sched_switch", b"tracepoint__sched__sched_switch")
+EMPTY_RAW = ("raw", b"sched_switch", b"raw_tracepoint__sched_switch")
+EMPTY_IOCTL = ("tracepoint", b"syscalls:sys_enter_ioctl", b"tracepoint__syscalls__sys_enter_ioctl")
 
 
-def empty_programs(loaded: Loaded) -> Any:
-    """sched_switch programs that do nothing, as a classic and as a raw tracepoint: the floor
-    each kind of attachment pays (the classic one formats the event before the program runs)."""
-    import bcc  # noqa: PLC0415 (only when benchmarking)
+class EmptyPrograms:
+    """Programs that do nothing on the hooks wattprobe uses: the floor each kind of attachment
+    pays (a classic tracepoint formats the event before the program runs, a raw one does not),
+    and what the BPF statistics add to a program's measured run time."""
 
-    with bcc_environment(loaded.info.headers.environment()):
-        empty = bcc.BPF(text=EMPTY_PROGRAMS, cflags=loaded.info.headers.cflags())
-    empty.detach_tracepoint(b"sched:sched_switch")
-    empty.detach_raw_tracepoint(b"sched_switch")
-    return empty
+    def __init__(self, loaded: Loaded) -> None:
+        import bcc  # noqa: PLC0415 (only when benchmarking)
+
+        with bcc_environment(loaded.info.headers.environment()):
+            self.bpf = bcc.BPF(text=EMPTY_PROGRAMS, cflags=loaded.info.headers.cflags())
+        for empty in (EMPTY_CLASSIC, EMPTY_RAW, EMPTY_IOCTL):
+            self.detach(empty)
+
+    def attach(self, empty: tuple[str, bytes, bytes]) -> None:
+        kind, tp, fn = empty
+        if kind == "raw":
+            self.bpf.attach_raw_tracepoint(tp=tp, fn_name=fn)
+        else:
+            self.bpf.attach_tracepoint(tp=tp, fn_name=fn)
+
+    def detach(self, empty: tuple[str, bytes, bytes]) -> None:
+        kind, tp, _ = empty
+        if kind == "raw":
+            self.bpf.detach_raw_tracepoint(tp)
+        else:
+            self.bpf.detach_tracepoint(tp)
+
+    def run_stats(self, empty: tuple[str, bytes, bytes]) -> tuple[int, int]:
+        return fd_run_stats(self.bpf, empty[2].decode())
 
 
-def pingpong(probes: Probes, empty: Any, binary: Path, rounds: int, trips: int) -> PingPong:
-    """Runs with no probes, empty sched_switch programs (classic and raw tracepoint), the
-    scheduler probes only, and all probes, rotating the order."""
-    settings: dict[str, tuple[str, ...]] = {
-        "bare": (),
-        "empty": (),
-        "empty_raw": (),
-        "sched": SCHED_ONLY,
-        "all": tuple(PROGRAMS),
+# ping-pong settings, besides "bare" (no probes), and what each attaches
+SETTINGS = {
+    "empty": "an empty classic sched_switch program",
+    "empty_raw": "an empty raw sched_switch program",
+    "sched": "the scheduler probes (raw sched_switch)",
+    "sched_classic": "the scheduler probes (classic sched_switch)",
+    "all": "all probes, raw sched_switch (what wattprobe attaches)",
+    "all_classic": "all probes, classic sched_switch (the fallback)",
+    "sched_baseline": "the scheduler probes of the baseline",
+    "all_baseline": "all probes of the baseline",
+}
+
+
+def pingpong(
+    raw: Probes,
+    classic: Probes,
+    empty: EmptyPrograms,
+    binary: Path,
+    *,
+    rounds: int,
+    trips: int,
+    baseline: Probes | None = None,
+    only: tuple[str, ...] = tuple(SETTINGS),
+) -> PingPong:
+    """Runs with no probes and with each setting in `only` (SETTINGS; the baseline ones only
+    with a baseline), rotating the order every round."""
+    known: dict[str, tuple[Probes | None, tuple[str, ...], tuple[str, bytes, bytes] | None]] = {
+        "bare": (None, (), None),
+        "empty": (None, (), EMPTY_CLASSIC),
+        "empty_raw": (None, (), EMPTY_RAW),
+        "sched": (raw, SCHED_ONLY, None),
+        "sched_classic": (classic, SCHED_ONLY, None),
+        "all": (raw, tuple(PROGRAMS), None),
+        "all_classic": (classic, tuple(PROGRAMS), None),
     }
+    if baseline is not None:
+        known["sched_baseline"] = (baseline, SCHED_ONLY, None)
+        known["all_baseline"] = (baseline, tuple(PROGRAMS), None)
+    settings = {name: known[name] for name in ("bare", *only) if name in known}
     runs: dict[str, list[float]] = {name: [] for name in settings}
     cpu = str(min(os.sched_getaffinity(0)))
     names = list(settings)
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
-            probes.detach()
-            probes.attach(settings[name])
-            if name == "empty":
-                empty.attach_tracepoint(
-                    tp=b"sched:sched_switch", fn_name=b"tracepoint__sched__sched_switch"
-                )
-            if name == "empty_raw":
-                empty.attach_raw_tracepoint(
-                    tp=b"sched_switch", fn_name=b"raw_tracepoint__sched_switch"
-                )
+            probes, which, empty_prog = settings[name]
+            if probes is not None:
+                probes.attach(which)
+            if empty_prog is not None:
+                empty.attach(empty_prog)
             runs[name].append(run_load(binary, "pingpong", str(trips), cpu, realtime=True))
-            if name == "empty":
-                empty.detach_tracepoint(b"sched:sched_switch")
-            if name == "empty_raw":
-                empty.detach_raw_tracepoint(b"sched_switch")
-    probes.detach()
+            if probes is not None:
+                probes.detach()
+            if empty_prog is not None:
+                empty.detach(empty_prog)
     return PingPong(runs.pop("bare"), runs)
 
 
@@ -247,6 +337,147 @@ def exporter_figures(source: str, log_dir: Path) -> tuple[float, float, float]:
         proc.stop()
 
 
+def program_costs(
+    probes: Probes, binary: Path, trips: int, ioctls: int
+) -> dict[str, tuple[float, int]]:
+    """Mean ns per event of each program, from the kernel's BPF statistics: context switches
+    (a ping-pong run), exec and exit (/bin/true), cgroup events, then ioctls the program lets go
+    ("ioctl filtered") and ioctls it counts ("ioctl counted")."""
+    cpu = str(min(os.sched_getaffinity(0)))
+    with bpf_stats():
+        probes.attach()
+        s0 = probes.run_stats()
+        run_load(binary, "pingpong", str(trips), cpu)
+        for _ in range(100):
+            subprocess.run(["/bin/true"], check=True)
+        cgroup_churn(50)
+        s1 = probes.run_stats()
+        run_load(binary, "ioctl", str(ioctls), hex(TCGETS))
+        s2 = probes.run_stats()
+        run_load(binary, "ioctl", str(ioctls), hex(NVIDIA_CMD))
+        s3 = probes.run_stats()
+        probes.detach()
+    out = per_event(s0, s1)
+    for name, (a, b) in (("ioctl filtered", (s1, s2)), ("ioctl counted", (s2, s3))):
+        if IOCTL in per_event(a, b):
+            out[name] = per_event(a, b)[IOCTL]
+    return out
+
+
+def slices_with_ioctls(probes: Probes, rounds: int, trips: int) -> tuple[float, float]:
+    """Mean ns per event of the sched_switch program when no slice carries GPU ioctls and when
+    every slice does (each side of a ping-pong issues one 'F' ioctl per trip): the counted
+    ioctl's deferred part, added to the process when its thread leaves the CPU."""
+    fn = RAW_SWITCH_FN if probes.raw else PROGRAMS[SCHED_SWITCH]
+    results: dict[bool, list[float]] = {False: [], True: []}
+    with bpf_stats():
+        probes.attach((SCHED_SWITCH, IOCTL))
+        for r in range(rounds):
+            for ioctl in (False, True) if r % 2 else (True, False):
+                ns0, n0 = fd_run_stats(probes.bpf, fn)
+                python_pingpong(trips, ioctl=ioctl)
+                ns1, n1 = fd_run_stats(probes.bpf, fn)
+                results[ioctl].append((ns1 - ns0) / max(1, n1 - n0))
+        probes.detach()
+    return statistics.median(results[False]), statistics.median(results[True])
+
+
+def python_pingpong(trips: int, *, ioctl: bool) -> None:
+    """Two processes on one CPU bounce a byte; with ioctl, each issues an 'F' ioctl per trip."""
+    ab, ba = os.pipe(), os.pipe()
+    cpu = {min(os.sched_getaffinity(0))}
+    child = os.fork()
+    if child == 0:
+        os.sched_setaffinity(0, cpu)
+        null = os.open("/dev/null", os.O_RDONLY)
+        for _ in range(trips):
+            os.read(ab[0], 1)
+            if ioctl:
+                with contextlib.suppress(OSError):
+                    fcntl.ioctl(null, NVIDIA_CMD, bytes(16))
+            os.write(ba[1], b"x")
+        os._exit(0)
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpu)
+    null = os.open("/dev/null", os.O_RDONLY)
+    try:
+        for _ in range(trips):
+            if ioctl:
+                with contextlib.suppress(OSError):
+                    fcntl.ioctl(null, NVIDIA_CMD, bytes(16))
+            os.write(ab[1], b"x")
+            os.read(ba[0], 1)
+        os.waitpid(child, 0)
+    finally:
+        os.sched_setaffinity(0, saved)
+        for fd in (*ab, *ba, null):
+            os.close(fd)
+
+
+def empty_costs(
+    empty: EmptyPrograms, binary: Path, trips: int, ioctls: int
+) -> dict[str, tuple[float, int]]:
+    """Mean ns per event of programs that do nothing: the BPF statistics' own cost (two clock
+    reads per run) and the call, the floor under every figure above."""
+    cpu = str(min(os.sched_getaffinity(0)))
+    hooks = {
+        "classic sched_switch": EMPTY_CLASSIC,
+        "raw sched_switch": EMPTY_RAW,
+        "sys_enter_ioctl": EMPTY_IOCTL,
+    }
+    with bpf_stats():
+        for hook in hooks.values():
+            empty.attach(hook)
+        before = {name: empty.run_stats(hook) for name, hook in hooks.items()}
+        run_load(binary, "pingpong", str(trips), cpu)
+        run_load(binary, "ioctl", str(ioctls), hex(TCGETS))
+        after = {name: empty.run_stats(hook) for name, hook in hooks.items()}
+        for hook in hooks.values():
+            empty.detach(hook)
+    return per_event(before, after)
+
+
+# What a raw sched_switch program's parts cost: each variant does one more thing than "empty"
+BREAKDOWN = {
+    "empty": "return 0;",
+    "clock read (bpf_ktime_get_ns)": "return bpf_ktime_get_ns() & 1;",
+    "helper call (bpf_get_current_pid_tgid)": "return bpf_get_current_pid_tgid() & 1;",
+    "helper call + hash look-up by tgid": (
+        "u32 tgid = bpf_get_current_pid_tgid() >> 32; return tasks.lookup(&tgid) != 0;"
+    ),
+}
+BREAKDOWN_MAPS = 'BPF_TABLE("lru_hash", u32, u64, tasks, 32768);\n'
+
+
+def breakdown(loaded: Loaded, binary: Path, rounds: int, trips: int) -> dict[str, float]:
+    """Median ns per event of each BREAKDOWN variant over ping-pong runs, interleaved."""
+    import bcc  # noqa: PLC0415 (only when benchmarking)
+
+    variants = {}
+    for name, body in BREAKDOWN.items():
+        text = f"{BREAKDOWN_MAPS}RAW_TRACEPOINT_PROBE(sched_switch) {{ {body} }}"
+        with bcc_environment(loaded.info.headers.environment()):
+            bpf = bcc.BPF(text=text, cflags=loaded.info.headers.cflags())
+        bpf.detach_raw_tracepoint(b"sched_switch")
+        variants[name] = bpf
+    per_event: dict[str, list[float]] = {name: [] for name in variants}
+    cpu = str(min(os.sched_getaffinity(0)))
+    try:
+        with bpf_stats():
+            for _ in range(rounds):
+                for name, bpf in variants.items():
+                    bpf.attach_raw_tracepoint(tp=b"sched_switch", fn_name=RAW_SWITCH_FN.encode())
+                    ns0, n0 = fd_run_stats(bpf, RAW_SWITCH_FN)
+                    run_load(binary, "pingpong", str(trips), cpu, realtime=True)
+                    ns1, n1 = fd_run_stats(bpf, RAW_SWITCH_FN)
+                    bpf.detach_raw_tracepoint(b"sched_switch")
+                    per_event[name].append((ns1 - ns0) / max(1, n1 - n0))
+    finally:
+        for bpf in variants.values():
+            bpf.cleanup()
+    return {name: statistics.median(values) for name, values in per_event.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15, help="ping-pong runs per setting")
@@ -258,89 +489,173 @@ def main(argv: list[str] | None = None) -> int:
         "the 0.95 s a real-time task may run per second)",
     )
     parser.add_argument("--ioctls", type=int, default=500_000, help="ioctl calls per phase")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another bpf/activity.c (e.g. `git show main:bpf/activity.c > old.c`) to measure "
+        "alongside, with the classic sched_switch tracepoint, in the same interleaved rounds",
+    )
+    parser.add_argument(
+        "--settings",
+        help="comma-separated ping-pong settings to run besides bare (default: all of "
+        f"{', '.join(SETTINGS)})",
+    )
+    parser.add_argument(
+        "--pingpong-only", action="store_true", help="only the ping-pong, none of the rest"
+    )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also measure what the parts of a raw sched_switch program cost (clock, helper "
+        "call, hash look-up)",
+    )
     args = parser.parse_args(argv)
+    only = tuple(args.settings.split(",")) if args.settings else tuple(SETTINGS)
+    if unknown := set(only) - set(SETTINGS):
+        parser.error(f"unknown settings: {', '.join(sorted(unknown))}")
     logging.basicConfig(level=logging.WARNING)
     if os.geteuid() != 0:
         print("ebpf_bench: needs root (loads BPF programs, sets kernel.bpf_stats_enabled)")
         return 2
 
+    rows: list[tuple[str, str]] = []
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         binary = build_load(tmp)
         start = time.perf_counter()
-        loaded = load()
+        loaded = load()  # what serve does: the raw sched_switch program where the kernel has it
         load_s = time.perf_counter() - start
-        probes = Probes(loaded)
-        empty = empty_programs(loaded)
+        loaded_classic = load(raw_switch=False)
+        raw, classic = Probes(loaded), Probes(loaded_classic)
+        baseline = Probes(load(raw_switch=False, source=args.baseline)) if args.baseline else None
+        empty = EmptyPrograms(loaded)
+        info = loaded.info
+        rows.append(
+            (
+                "bcc compile + attach at start-up",
+                f"{info.compile_s:.2f} s ({load_s:.2f} s in all); sched_switch: "
+                f"{info.switch_probe} tracepoint",
+            )
+        )
         try:
-            pp = pingpong(probes, empty, binary, args.rounds, args.trips)
-            syscall_bare, syscall_probe = syscall_cost(probes, binary, args.rounds, 200_000)
-            with bpf_stats():
-                probes.attach()
-                s0 = probes.run_stats()
-                run_load(binary, "pingpong", str(args.trips), str(min(os.sched_getaffinity(0))))
-                for _ in range(100):
-                    subprocess.run(["/bin/true"], check=True)
-                cgroup_churn(50)
-                s1 = probes.run_stats()
-                filtered_call = run_load(binary, "ioctl", str(args.ioctls), hex(TCGETS))
-                s2 = probes.run_stats()
-                counted_call = run_load(binary, "ioctl", str(args.ioctls), hex(NVIDIA_CMD))
-                s3 = probes.run_stats()
-                probes.detach()
+            for probes in (raw, classic, baseline):
+                if probes is not None:
+                    probes.detach()
+            pp = pingpong(
+                raw,
+                classic,
+                empty,
+                binary,
+                rounds=args.rounds,
+                trips=args.trips,
+                baseline=baseline,
+                only=only,
+            )
+            if not args.pingpong_only:
+                rows += kernel_rows(raw, classic, baseline, empty, binary=binary, args=args)
         finally:
             loaded.bpf.cleanup()
-            empty.cleanup()
-        sched = per_event(s0, s1)
-        nan = (float("nan"), 0)
-        filtered = per_event(s1, s2).get("syscalls:sys_enter_ioctl", nan)
-        counted = per_event(s2, s3).get("syscalls:sys_enter_ioctl", nan)
-        rss_ebpf, anon_ebpf, read_ebpf = exporter_figures("ebpf", tmp)
-        rss_procfs, anon_procfs, read_procfs = exporter_figures("procfs", tmp)
+            loaded_classic.bpf.cleanup()
+            if baseline is not None:
+                baseline.bpf.cleanup()
+            empty.bpf.cleanup()
+        rows += pingpong_rows(pp, args.rounds)
+        if not args.pingpong_only:
+            rows += exporter_rows(tmp)
 
-    info = loaded.info
-    rows = [("bcc compile + attach at start-up", f"{info.compile_s:.2f} s ({load_s:.2f} s in all)")]
-    for tp in (*SCHED_ONLY, "cgroup:cgroup_attach_task", "cgroup:cgroup_mkdir"):
-        if tp in sched:
-            ns, n = sched[tp]
+    print(f"kernel {platform.release()}, {os.cpu_count()} CPUs; {info.headers.describe()}\n")
+    print("| measure | value |")
+    print("|---|---|")
+    for measure, value in rows:
+        print(f"| {measure} | {value} |")
+    return 0
+
+
+def kernel_rows(
+    raw: Probes,
+    classic: Probes,
+    baseline: Probes | None,
+    empty: EmptyPrograms,
+    *,
+    binary: Path,
+    args: argparse.Namespace,
+) -> list[tuple[str, str]]:
+    """Per-event costs of the programs, and what the ioctl probe costs every syscall."""
+    syscall_bare, syscall_probe = syscall_cost(raw, binary, args.rounds, 200_000)
+    costs = {
+        "raw": program_costs(raw, binary, args.trips, args.ioctls),
+        "classic": program_costs(classic, binary, args.trips, args.ioctls),
+    }
+    if baseline is not None:
+        costs["baseline"] = program_costs(baseline, binary, args.trips, args.ioctls)
+    floors = empty_costs(empty, binary, args.trips, args.ioctls)
+    plain_slice, ioctl_slice = slices_with_ioctls(raw, rounds=9, trips=5000)
+    parts = breakdown(raw.loaded, binary, 9, args.trips) if args.breakdown else {}
+
+    rows = []
+    for kind, cost in costs.items():
+        ns, n = cost.get(SCHED_SWITCH, (float("nan"), 0))
+        rows.append((f"sched_switch program ({kind}), mean per event", f"{ns:.0f} ns ({n} events)"))
+    for tp in (*SCHED_ONLY[1:], "cgroup:cgroup_attach_task", "cgroup:cgroup_mkdir"):
+        if tp in costs["raw"]:
+            ns, n = costs["raw"][tp]
             rows.append((f"{tp} program, mean per event", f"{ns:.0f} ns ({n} events)"))
-    rows += [
+    for calls in ("filtered", "counted"):
+        label = "other ioctls (filtered out)" if calls == "filtered" else "'F' ioctls (counted)"
+        for version in [v for v in ("raw", "baseline") if v in costs]:
+            ns, n = costs[version].get(f"ioctl {calls}", (float("nan"), 0))
+            which = " (baseline)" if version == "baseline" else ""
+            rows.append(
+                (
+                    f"syscalls:sys_enter_ioctl program{which}, {label}",
+                    f"{ns:.0f} ns/call ({n} calls)",
+                )
+            )
+    rows.append(
         (
-            "syscalls:sys_enter_ioctl program, other ioctls (filtered out)",
-            f"{filtered[0]:.0f} ns/call ({filtered[1]} calls)",
-        ),
-        (
-            "syscalls:sys_enter_ioctl program, 'F' ioctls (counted)",
-            f"{counted[0]:.0f} ns/call ({counted[1]} calls)",
-        ),
-        (
-            "ioctl(2) with the probes and BPF stats on, filtered / counted",
-            f"{filtered_call:.0f} / {counted_call:.0f} ns/call",
-        ),
+            "sched_switch program (raw), no slice / every slice with an 'F' ioctl to add",
+            f"{plain_slice:.0f} / {ioctl_slice:.0f} ns",
+        )
+    )
+    for what, ns in parts.items():
+        rows.append((f"raw sched_switch program part: {what}, mean per event", f"{ns:.0f} ns"))
+    for what, (ns, n) in floors.items():
+        rows.append((f"empty program, {what}, mean per event", f"{ns:.0f} ns ({n} events)"))
+    rows.append(
         (
             "getppid(2), no probes / ioctl probe attached (every syscall pays)",
             f"{syscall_bare:.0f} / {syscall_probe:.0f} ns/call",
-        ),
+        )
+    )
+    return rows
+
+
+def pingpong_rows(pp: PingPong, rounds: int) -> list[tuple[str, str]]:
+    rows = [
         (
-            f"pipe ping-pong round trip, no probes (median of {args.rounds})",
+            f"pipe ping-pong round trip, no probes (median of {rounds})",
             f"{statistics.median(pp.bare):.0f} ns",
-        ),
+        )
     ]
-    for setting, label in (
-        ("empty", "an empty sched_switch program"),
-        ("empty_raw", "an empty raw sched_switch program (not used by wattprobe)"),
-        ("sched", "the scheduler probes"),
-        ("all", "all probes (what wattprobe attaches)"),
-    ):
+    for setting, label in SETTINGS.items():
+        if setting not in pp.runs:
+            continue
         mid, low, high = pp.slowdown(setting)
         rows.append(
             (
-                f"pipe ping-pong, {label}: slowdown (median, range of {args.rounds} paired runs)",
-                f"{100 * mid:+.1f} % ({100 * low:+.1f} .. {100 * high:+.1f} %), "
-                f"{pp.median(setting):.0f} ns",
+                f"pipe ping-pong, {label}: slowdown (median of {rounds} paired runs, 95 % "
+                "CI; ratio of lower quartiles), median round trip",
+                f"{100 * mid:+.1f} % ({100 * low:+.1f} .. {100 * high:+.1f} %; "
+                f"{100 * pp.quartile_slowdown(setting):+.1f} %), {pp.median(setting):.0f} ns",
             )
         )
-    rows += [
+    return rows
+
+
+def exporter_rows(tmp: Path) -> list[tuple[str, str]]:
+    rss_ebpf, anon_ebpf, read_ebpf = exporter_figures("ebpf", tmp)
+    rss_procfs, anon_procfs, read_procfs = exporter_figures("procfs", tmp)
+    return [
         (
             "exporter RSS after 3 intervals, eBPF / procfs (anonymous part)",
             f"{rss_ebpf:.0f} ({anon_ebpf:.0f}) / {rss_procfs:.0f} ({anon_procfs:.0f}) MiB",
@@ -350,12 +665,6 @@ def main(argv: list[str] | None = None) -> int:
             f"{1e3 * read_ebpf:.1f} / {1e3 * read_procfs:.1f} ms",
         ),
     ]
-    print(f"kernel {platform.release()}, {os.cpu_count()} CPUs; {info.headers.describe()}\n")
-    print("| measure | value |")
-    print("|---|---|")
-    for measure, value in rows:
-        print(f"| {measure} | {value} |")
-    return 0
 
 
 if __name__ == "__main__":

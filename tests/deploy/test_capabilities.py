@@ -251,7 +251,9 @@ def test_the_agent_compiles_against_the_image_headers(real_bcc: str, tmp_path: P
     # (a configured tree is never silently replaced by another one)
     ebpf = _ebpf_check(real_bcc, tmp_path / "nothing-here")
     assert not ebpf["ok"]
-    assert ebpf["reason"].startswith("no kernel headers: --ebpf.kernel-headers"), ebpf
+    # check --json: a short reason, the explanation in detail (docs/check.md)
+    assert ebpf["reason"] == "no kernel headers", ebpf
+    assert ebpf["detail"].startswith("--ebpf.kernel-headers"), ebpf
     broken = tmp_path / "broken"
     subprocess.run(["cp", "-a", str(merged), str(broken)], check=True, timeout=120)
     (broken / "include" / "linux" / "types.h").unlink()
@@ -355,7 +357,7 @@ def test_uid_0_is_what_spares_dac_read_search(real_bcc: str, generic_headers: Pa
     try:
         without = check_as_nobody("+bpf,+perfmon")
         assert not without["ok"] and without["reason"].startswith("permission denied"), without
-        assert "tracefs" in without["reason"] and "CAP_DAC_READ_SEARCH" in without["fix"]
+        assert "tracefs" in without["detail"] and "CAP_DAC_READ_SEARCH" in without["fix"]
         with_dac = check_as_nobody("+bpf,+perfmon,+dac_read_search")
         assert with_dac["ok"], with_dac
     finally:
