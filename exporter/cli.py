@@ -276,6 +276,15 @@ def cli() -> None:
     help="attribution interval",
 )
 @_option(
+    "--source.timeout",
+    "source_timeout_s",
+    default="auto",
+    callback=_converter(lambda t: None if t.strip() in ("", "auto") else parse_duration(t)),
+    help="how long an interval waits for a source's read; a source that takes longer is "
+    "reported as timed out and not read again until its read returns [auto: half the "
+    "interval, at least 1s]",
+)
+@_option(
     "--power.idle",
     "power_idle",
     default="auto",
@@ -391,7 +400,10 @@ def run_server(config: Config, web: LiveWebConfig | None = None) -> None:
         config.telemetry_path,
         config.interval_s,
     )
-    stop.wait()
+    # Not a bare wait(): a signal that the kernel hands to another thread runs its Python
+    # handler only once the main thread wakes up, and a bare wait may never wake
+    while not stop.wait(1.0):
+        pass
     progress.close()
     log.info("shutting down")
     server.shutdown()

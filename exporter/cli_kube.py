@@ -77,14 +77,16 @@ def kube_options(func: F) -> F:
             "--kube.token-file",
             "kube_token_file",
             default=str(SERVICE_ACCOUNT_DIR / "token"),
-            type=click.Path(path_type=Path),
+            # no access(2) check here: it ignores CAP_DAC_READ_SEARCH, and a token the agent
+            # cannot read is the kube source's "permission denied", not a start-up failure
+            type=click.Path(path_type=Path, readable=False),
             help="bearer token, re-read when it changes; sent over https only",
         ),
         option(
             "--kube.ca-file",
             "kube_ca_file",
             default=str(SERVICE_ACCOUNT_DIR / "ca.crt"),
-            type=click.Path(path_type=Path),
+            type=click.Path(path_type=Path, readable=False),
             help="CA bundle that signed the kubelet/apiserver certificate",
         ),
         option(

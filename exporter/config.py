@@ -134,6 +134,11 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     return host, port
 
 
+# The default source read deadline never goes below this: short test intervals on a loaded machine
+# must not turn an ordinary slow read into a timeout.
+MIN_SOURCE_TIMEOUT_S = 1.0
+
+
 @dataclass(frozen=True)
 class Config:
     listen_host: str = ""
@@ -171,6 +176,7 @@ class Config:
     kube_metadata_ttl_s: float = 3600.0
     kube_pod_labels: tuple[str, ...] = ()  # wattprobe_pod_info allow-list; empty: no such metric
     podresources_socket: Path | None = PODRESOURCES_SOCKET  # None: PodResources off
+    source_timeout_s: float | None = None  # None: half the interval, at least MIN_SOURCE_TIMEOUT_S
 
     @property
     def cgroup_root(self) -> Path:
@@ -178,3 +184,10 @@ class Config:
 
     def enabled(self, collector: str) -> bool:
         return collector in self.collectors
+
+    @property
+    def read_timeout_s(self) -> float:
+        """How long each interval waits for its source reads (exporter/deadline.py)."""
+        if self.source_timeout_s is not None:
+            return self.source_timeout_s
+        return max(self.interval_s / 2, MIN_SOURCE_TIMEOUT_S)

@@ -21,6 +21,7 @@ from exporter.attribution import (
 )
 from exporter.config import IdleAttribution, IdlePower
 from exporter.counters import MAX_PLAUSIBLE_POWER_W, counter_delta_uj, integrate_power_j
+from exporter.deadline import TIMEOUT, Call, DeadlineReads, InlineReads, Outcome, SourceReads
 from exporter.gpu.accounting import GpuAccounting, GpuSource
 from exporter.gpu.attribution import GpuHolders
 from exporter.idle import IdleBaseline
@@ -117,6 +118,9 @@ class MonitorSettings:
     attribution_zones: tuple[str, ...] = ()  # empty: chosen from what is measured
     with_processes: bool = False
     retention_s: float = 600.0
+    # Each source read runs on its own thread and is waited for this long (exporter/deadline.py);
+    # None: read inline on the stepping thread, without a deadline.
+    read_timeout_s: float | None = None
 
 
 @dataclass
@@ -188,6 +192,11 @@ class Monitor:
         self._gpu = GpuAccounting(
             idle_power=settings.idle_power, idle_policy=settings.idle_policy, holders=gpu_holders
         )
+        self._reads: SourceReads = (
+            DeadlineReads(settings.read_timeout_s, clock)
+            if settings.read_timeout_s
+            else InlineReads(clock)
+        )
 
     @property
     def snapshot(self) -> Snapshot:
@@ -198,20 +207,24 @@ class Monitor:
     def step(self) -> Snapshot:
         now = self._clock()
         statuses: list[SourceStatus] = []
-        cpu = self._read("procfs", self._cpu.cpu_times, statuses)
-        tasks = self._read(self._activity.name, self._activity.tasks, statuses)
+        got = self._reads.run(self._calls())
+        cpu = self._take("procfs", got["cpu"], statuses)
+        tasks = self._take(self._activity.name, got["tasks"], statuses)
         if self._activity.name == "procfs" and len(statuses) == 2:
             statuses = _merge_statuses(statuses[0], statuses[1])
         statuses.extend(self._startup_statuses)
         readings: list[tuple[EnergyReading, float]] = []
-        for source in self._power_sources:
-            got = self._read(source.name, source.read, statuses)
-            stamp = self._clock()
-            readings.extend((r, stamp) for r in got or ())
+        for i, source in enumerate(self._power_sources):
+            outcome = got[f"power.{i}"]
+            power = self._take(source.name, outcome, statuses)
+            readings.extend((r, outcome.stamp) for r in power or ())
         if readings:
             self._measured_seen = True
-        gpu_reading = self._read(self._gpus.name, self._gpus.read, statuses) if self._gpus else None
-        gpu_stamp = self._clock()
+        gpu_reading = None
+        gpu_stamp = now
+        if self._gpus:
+            gpu_reading = self._take(self._gpus.name, got["gpu"], statuses)
+            gpu_stamp = got["gpu"].stamp
         for provider in self._status_providers:
             statuses.extend(_provided(provider, ()))
 
@@ -251,11 +264,22 @@ class Monitor:
         self._accumulate_activity(now, cpu_deltas, ioctl_deltas, owner)
         self._expire(now)
 
+        # A source that gave nothing this interval keeps its last reading as the baseline, so its
+        # next reading's delta covers the gap once (an empty baseline would count every task's
+        # whole lifetime again).
         self._prev = _Previous(
             time=now,
-            cpu=cpu,
-            task_cpu={t.key: t.cpu_seconds for t in task_list},
-            task_ioctls={t.key: t.gpu_ioctls for t in task_list if t.gpu_ioctls},
+            cpu=cpu if cpu is not None or prev is None else prev.cpu,
+            task_cpu=(
+                {t.key: t.cpu_seconds for t in task_list}
+                if tasks is not None or prev is None
+                else prev.task_cpu
+            ),
+            task_ioctls=(
+                {t.key: t.gpu_ioctls for t in task_list if t.gpu_ioctls}
+                if tasks is not None or prev is None
+                else prev.task_ioctls
+            ),
             energy=self._next_energy_baseline(prev, readings),
         )
         self._sequence += 1
@@ -264,19 +288,40 @@ class Monitor:
         )
         return self._snapshot
 
-    def _read(self, name: str, fn: Callable[[], T], statuses: list[SourceStatus]) -> T | None:
-        start = time.perf_counter()
-        try:
-            result = fn()
-        except SourceError as exc:
-            statuses.append(SourceStatus(name, False, exc.reason, exc.detail, _since(start)))
+    def _calls(self) -> list[Call]:
+        """This interval's source reads; each source's calls share its worker thread."""
+        calls = [
+            Call("cpu", "procfs", self._cpu.cpu_times),
+            Call("tasks", self._activity.name, self._activity.tasks),
+        ]
+        calls += [Call(f"power.{i}", s.name, s.read) for i, s in enumerate(self._power_sources)]
+        if self._gpus:
+            calls.append(Call("gpu", self._gpus.name, self._gpus.read))
+        return calls
+
+    def _take(self, name: str, outcome: Outcome[T], statuses: list[SourceStatus]) -> T | None:
+        """A read's value (None if it gave none), its status appended to statuses."""
+        took = outcome.duration_s
+        if outcome.missed:
+            detail = (
+                f"no answer within {self._reads.timeout_s:g}s"
+                if outcome.missed == TIMEOUT
+                else f"the read started earlier has run {took:.3g}s and not returned"
+            )
+            if outcome.value is not None:
+                detail += f"; used the reading that came {outcome.late_by_s:.3g}s late"
+            statuses.append(SourceStatus(name, False, outcome.missed, detail, took))
+            return outcome.value
+        exc = outcome.error
+        if isinstance(exc, SourceError):
+            statuses.append(SourceStatus(name, False, exc.reason, exc.detail, took))
             return None
-        except Exception as exc:  # a source must never take the loop down
-            log.exception("source %s failed unexpectedly", name)
-            statuses.append(SourceStatus(name, False, "internal error", repr(exc), _since(start)))
+        if exc is not None:  # a source must never take the loop down
+            log.error("source %s failed unexpectedly", name, exc_info=exc)
+            statuses.append(SourceStatus(name, False, "internal error", repr(exc), took))
             return None
-        statuses.append(SourceStatus(name, True, duration_s=_since(start)))
-        return result
+        statuses.append(SourceStatus(name, True, duration_s=took))
+        return outcome.value
 
     def _task_deltas(
         self, prev: _Previous | None, tasks: Sequence[TaskSample]
@@ -571,7 +616,9 @@ class Monitor:
     def close(self) -> None:
         """Release what sources hold (NVML and its event thread). Call after the loop ended."""
         if self._gpus is not None:
-            self._gpus.close()
+            # on its own worker: NVML is used by one thread at a time, and a hung read holds it
+            self._reads.call_on(self._gpus.name, self._gpus.close, timeout_s=5.0)
+        self._reads.close()
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -647,7 +694,3 @@ def _provided(fn: Callable[[], Sequence[T]], default: Sequence[T]) -> Sequence[T
     except Exception:
         log.exception("background source accessor %r failed", fn)
         return default
-
-
-def _since(start: float) -> float:
-    return time.perf_counter() - start

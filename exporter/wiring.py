@@ -18,6 +18,7 @@ from exporter.sources.estimate import CpuPowerModel
 from exporter.sources.hwmon import HwmonSource
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.procfs import ProcfsSource
+from exporter.sources.procvis import VisibleProcfs
 from exporter.sources.rapl import RaplSource
 from exporter.workloads.cgroupns import namespace_root
 from exporter.workloads.gpus import NvmlDirectory
@@ -87,6 +88,8 @@ def build_monitor(config: Config, progress: Progress | None = None) -> Monitor:
             CpuPowerModel.for_cpus, idle_w=config.estimate_idle_w, max_w=config.estimate_max_w
         )
     activity, startup_statuses = activity_source(config, procfs, progress)
+    if activity is procfs:  # under hidepid, say so rather than bill our own processes alone
+        activity = VisibleProcfs(procfs.tasks, config.procfs)
     # pod names and GPU holders: background threads, started here, daemon (die with the process)
     kube = KubeWorkloads.from_config(config)
     kube.start()
@@ -101,6 +104,7 @@ def build_monitor(config: Config, progress: Progress | None = None) -> Monitor:
             attribution_zones=config.attribution_zones,
             with_processes=config.enabled("process"),
             retention_s=config.retention_s,
+            read_timeout_s=config.read_timeout_s,
         ),
         gpus=NvmlSource(config.procfs) if config.enabled("nvml") else None,
         startup_statuses=startup_statuses,

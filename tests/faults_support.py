@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from tests.running import ExporterProcess, Samples, parse_samples, select
+from tests.running import Samples, parse_samples, select
 
 EPS_J = 1e-6  # float noise allowed on a sum of joules
 
@@ -25,6 +26,12 @@ def source_up(samples: Samples, source: str) -> tuple[float, str]:
     return value, dict(labels)["reason"]
 
 
+class Serving(Protocol):
+    """An exporter under test: a subprocess (tests.running) or in-process (tests.inprocess)."""
+
+    def wait_next_interval(self, timeout: float = 30.0) -> str: ...
+
+
 @dataclass
 class CounterWatch:
     """Scrapes an exporter once per new interval and checks that no counter ever went back.
@@ -32,7 +39,7 @@ class CounterWatch:
     Every sample whose name ends in _total is compared with the previous scrape.
     """
 
-    exporter: ExporterProcess
+    exporter: Serving
     last: Samples = field(default_factory=dict)
     scrapes: int = 0
 

@@ -135,9 +135,11 @@ def start_exporter(
     ssl_context: ssl.SSLContext | None = None,
     auth: tuple[str, str] | None = None,
     prefix: Sequence[str] = (),
+    port: int | None = None,
 ) -> ExporterProcess:
-    """prefix: argv the exporter runs under (e.g. setpriv or capsh dropping privileges)."""
-    port = free_port()
+    """prefix: argv the exporter runs under (e.g. setpriv or capsh dropping privileges);
+    port: where it listens (default: a free one), e.g. the port of an exporter it replaces."""
+    port = port or free_port()
     log_path = log_dir / f"exporter-{port}.log"
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with log_path.open("wb") as log:

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 WAIT_MS = 500  # how long one wait blocks: the bound on how long stop() takes
 ERROR_BACKOFF_S = 1.0
+WAIT_FAILED = "wait failed"  # the nvml_xid source_up reason while event waits fail
 
 
 def _address(handle: Any) -> int | None:
@@ -52,6 +53,7 @@ class XidWatcher:
         self._thread: threading.Thread | None = None
         self._event_set: Any = None
         self._status = XidWatch(False, "not started")
+        self._watching = self._status  # the status while waits work
 
     def start(self) -> XidWatch:
         """Register every GPU that supports XID events and start the thread."""
@@ -80,7 +82,9 @@ class XidWatcher:
             self._status = XidWatch(False, "not supported", "; ".join(skipped))
             return self._status
         detail = "; ".join(skipped)
-        self._status = XidWatch(True, "", f"not watched: {detail}" if detail else "")
+        self._status = self._watching = XidWatch(
+            True, "", f"not watched: {detail}" if detail else ""
+        )
         self._thread = threading.Thread(target=self._run, name="nvml-xid", daemon=True)
         self._thread.start()
         return self._status
@@ -120,14 +124,23 @@ class XidWatcher:
             except pynvml.NVMLError as exc:
                 code = getattr(exc, "value", None)
                 if code == pynvml.NVML_ERROR_TIMEOUT:
+                    self._waits_work()
                     continue
+                # while waits fail nvml_xid is down, so that no one takes silence for no XIDs
+                self._status = XidWatch(False, WAIT_FAILED, f"nvmlEventSetWait: {_describe(exc)}")
                 if code not in reported and isinstance(code, int):
                     reported.add(code)
                     log.warning("waiting for XID events: %s (logged once)", _describe(exc))
                 self._stop.wait(ERROR_BACKOFF_S)
                 continue
+            self._waits_work()
             if int(data.eventType) & pynvml.nvmlEventTypeXidCriticalError:
                 self._count(data.device, int(data.eventData))
+
+    def _waits_work(self) -> None:
+        if self._status is not self._watching:
+            log.info("waiting for XID events works again")
+            self._status = self._watching
 
     def _count(self, device: Any, xid: int) -> None:
         address = _address(device)

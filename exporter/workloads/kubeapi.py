@@ -60,19 +60,19 @@ class _CachedFile:
         self.path = path
         self._stamp: tuple[int, int] | None = None
         self._text = ""
+        self.error: OSError | None = None  # why the last read() gave None
 
     def read(self) -> str | None:
         try:
             st = os.stat(self.path)
-        except OSError:
-            return None
-        stamp = (st.st_mtime_ns, st.st_size)
-        if stamp != self._stamp:
-            try:
+            stamp = (st.st_mtime_ns, st.st_size)
+            if stamp != self._stamp:
                 self._text = self.path.read_text().strip()
-            except OSError:
-                return None
-            self._stamp = stamp
+                self._stamp = stamp
+        except OSError as exc:
+            self.error = exc
+            return None
+        self.error = None
         return self._text
 
 
@@ -157,6 +157,12 @@ class KubeClient:
             token = self._token.read() if self._token else None
             if token:
                 headers["Authorization"] = f"Bearer {token}"
+            elif self._token is not None and isinstance(self._token.error, PermissionError):
+                # a token that is there but not ours to read: say so, rather than "unauthorized"
+                raise SourceError(
+                    "permission denied",
+                    f"cannot read the token file {self._token.path}: {self._token.error.strerror}",
+                )
         else:
             conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout_s)
         try:

@@ -22,6 +22,9 @@
  *   gpu.N.max_mig   gpu.N.mig.M.uuid, .name, .gi, .ci, .memory.total, .memory.used,
  *   gpu.N.mig.M.proc.P.pid, .memory
  *   gpu.N.events_supported (bitmask, default XID critical errors)
+ *   gpu.N.delay_ms: every call on GPU N (or its MIG devices) first sleeps this long, as a call
+ *     stuck in the driver does (the library lock is not held while it sleeps)
+ *   event_wait_error = nvmlReturn_t returned by every nvmlEventSetWait while it is set
  *   gpu.N.error.FIELD = nvmlReturn_t forced for one call, FIELD one of: name uuid pci index
  *     mig_mode util memory memory_v2 temperature temperature_v power power_limit energy clock
  *     clock_events clock_throttle pcie_replay ecc processes graphics_processes process_util
@@ -257,6 +260,12 @@ static nvmlReturn_t device_status(nvmlDevice_t d, const char *field) {
     if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
     if (d == NULL || !valid_device(d) || d->gpu >= gpu_count()) return NVML_ERROR_INVALID_ARGUMENT;
     unsigned long long v;
+    if (GET_ULL(&v, "gpu.%d.delay_ms", d->gpu) && v) {
+        pthread_mutex_unlock(&lock);
+        usleep((useconds_t)(v * 1000ULL));
+        pthread_mutex_lock(&lock);
+        refresh();
+    }
     if (GET_ULL(&v, "gpu.%d.lost", d->gpu) && v) return NVML_ERROR_GPU_IS_LOST;
     if (field && GET_ULL(&v, "gpu.%d.error.%s", d->gpu, field)) return (nvmlReturn_t)v;
     return NVML_SUCCESS;
@@ -789,6 +798,11 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
             return NVML_ERROR_UNINITIALIZED;
         }
         refresh();
+        unsigned long long wait_error;
+        if (get_ull(lookup("event_wait_error"), &wait_error) && wait_error) {
+            pthread_mutex_unlock(&lock);
+            return (nvmlReturn_t)wait_error;
+        }
         int total = event_count();
         while (set->next_event < total) {
             int e = set->next_event++;

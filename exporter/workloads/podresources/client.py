@@ -96,6 +96,8 @@ class PodResourcesClient:
             code: grpc.StatusCode | None = code_of() if callable(code_of) else None
             details = str(details_of()) if callable(details_of) else str(exc)
             reason = _REASONS.get(code, code.name.lower()) if code else "rpc error"
+            if "Permission denied" in details:  # connect(2) on the socket: EACCES
+                reason = "permission denied"
             raise SourceError(reason, f"{self.socket_path} {method}: {details}") from None
 
     def _check_socket(self) -> None:
@@ -105,6 +107,8 @@ class PodResourcesClient:
             raise SourceError(
                 "socket missing", f"{self.socket_path} does not exist (not mounted?)"
             ) from None
+        except PermissionError as exc:
+            raise SourceError("permission denied", f"{self.socket_path}: {exc.strerror}") from None
         except OSError as exc:
             raise SourceError("unreachable", f"{self.socket_path}: {exc}") from None
         if not stat.S_ISSOCK(mode):

@@ -1,0 +1,74 @@
+"""apiserver faults end to end (the kubelet's: tests/test_kube_faults.py): 5xx, garbage, no
+answer and 403 on the re-list after a watch expired. Each: `wattprobe serve` keeps serving,
+source_up{source="apiserver"} goes 0 with the reason, the names of the last good list stay,
+energy and CPU counters go on and never back, and the source recovers by itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tests.conftest import StartExporter
+from tests.faults_support import CounterWatch
+from tests.fixturehost import FixtureHost
+from tests.kubeenv import apiserver_for, as_apiserver_pods, fixture_pods, source_up, ticking
+from tests.running import Samples, select
+from tests.test_kube_faults import FAST, nginx
+
+NAMES = ("shop", "web-7d9c8b6f5-x2k4p", "nginx")
+MODES = [
+    ("5xx", "server error"),
+    ("garbage", "bad response"),
+    ("slow", "timeout"),
+    ("forbidden", "forbidden"),
+]
+
+
+def pod_j(samples: Samples) -> float:
+    return sum(select(samples, "wattprobe_pod_energy_joules_total", pod=NAMES[1]).values())
+
+
+def down_with(reason: str) -> Callable[[Samples], bool]:
+    return lambda s: source_up(s, "apiserver") == (0.0, reason)
+
+
+def test_apiserver_faults_keep_names_and_recover(
+    host: FixtureHost, exporter: StartExporter
+) -> None:
+    with apiserver_for(as_apiserver_pods(fixture_pods()), metaserver=False) as api, ticking(host):
+        exp = exporter(
+            *host.args(),
+            *FAST,
+            "--kube.pod-source",
+            "apiserver",
+            "--kube.apiserver-url",
+            api.url,
+            "--kube.node-name",
+            "node-1",
+            "--kube.podresources-socket",
+            "none",
+        )
+        watch = CounterWatch(exp)
+
+        def until(check: Callable[[Samples], bool], what: str, limit: int = 150) -> Samples:
+            for _ in range(limit):
+                samples = watch.next(1)
+                if check(samples):
+                    return samples
+            raise AssertionError(f"timed out waiting for {what}:\n{exp.log()}")
+
+        until(lambda s: nginx(s) == NAMES and source_up(s, "apiserver") == (1.0, ""), "names")
+        for mode, reason in MODES:
+            api.mode = mode
+            api.expire_watches()  # the re-list meets the fault
+            samples = until(down_with(reason), reason)
+            energy = pod_j(samples)
+            samples = watch.next()
+            assert nginx(samples) == NAMES, mode  # last known names kept
+            assert pod_j(samples) > energy, mode  # its energy counts on under those names
+            assert exp.get("/healthz")[0] == 200
+            api.mode = "ok"
+            api.closing.set()  # release a request held by "slow"
+            until(lambda s: source_up(s, "apiserver") == (1.0, ""), f"up after {mode}")
+            api.closing.clear()
+        assert exp.proc.poll() is None
+        assert "Traceback" not in exp.log()
