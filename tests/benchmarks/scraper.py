@@ -1,0 +1,60 @@
+"""One scraper: GETs a URL over one keep-alive connection, as Prometheus does, and prints the
+latency of each request (first byte sent to last body byte received) as JSON.
+
+    python -m tests.benchmarks.scraper URL COUNT GAP_S START_AT
+
+Scrapers run as separate processes so that they do not share an interpreter lock with each
+other; START_AT (a time.time() value) lines their first requests up.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import sys
+import time
+from urllib.parse import urlsplit
+
+# what Prometheus 2.x sends
+HEADERS = {
+    "Accept": "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "Accept-Encoding": "gzip",
+    "User-Agent": "wattprobe-bench/scraper",
+}
+
+
+def scrape(url: str, count: int, gap_s: float, start_at: float) -> list[float]:
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
+    latencies: list[float] = []
+    delay = start_at - time.time()
+    if delay > 0:
+        time.sleep(delay)
+    try:
+        for _ in range(count):
+            start = time.perf_counter()
+            conn.request("GET", parts.path or "/", headers=HEADERS)
+            resp = conn.getresponse()
+            body = resp.read()
+            latencies.append(time.perf_counter() - start)
+            if resp.status != 200 or not body:
+                raise SystemExit(f"{url}: HTTP {resp.status}")
+            if gap_s:
+                time.sleep(gap_s)
+    finally:
+        conn.close()
+    return latencies
+
+
+def main() -> None:
+    url, count, gap, start_at = (
+        sys.argv[1],
+        int(sys.argv[2]),
+        float(sys.argv[3]),
+        float(sys.argv[4]),
+    )
+    print(json.dumps(scrape(url, count, gap, start_at)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,318 @@
+"""`wattprobe serve` as it runs on a node: steady-state CPU and memory over a few minutes at the
+default interval, the exposition it serves, and scrape latency under concurrent scrapers, side by
+side with Debian's prometheus-node-exporter reading the same RAPL/hwmon tree.
+
+One exporter runs on the synthetic node (5,000 processes, 110 pods, 8 fake GPUs) at the default
+5 s interval while a thread advances the node every 5 s and a scraper takes /metrics every 15 s
+(a Prometheus at its default scrape interval). CPU is utime + stime of the exporter process from
+/proc/<pid>/stat over the window; memory is VmRSS (sampled each interval) and VmHWM.
+
+Scrape latency: 4 scraper processes, each over one keep-alive connection with gzip (as
+Prometheus), `count` requests each paced `gap` apart, so the requests span several intervals and
+some meet the monitor's step. Three targets take turns in rotated rounds so that machine load
+hits them alike: wattprobe on the synthetic node, wattprobe on the same sysfs tree with the
+22-process fixture /proc and no GPUs, and node_exporter (--collector.disable-defaults
+--collector.rapl --collector.hwmon) on the same sysfs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.benchmarks.common import (
+    REPO,
+    Context,
+    Figure,
+    LoadSample,
+    Section,
+    machine_load,
+    percentile,
+    read_proc_cpu_seconds,
+    read_proc_memory_mib,
+    serve_args,
+)
+from tests.benchmarks.servers import Advancer, fetch, node_exporter, run_scrapers, wattprobe
+from tests.benchmarks.synthetic import HostShape
+from tests.running import ExporterProcess, parse_samples
+
+log = logging.getLogger(__name__)
+
+COMMAND = "python -m tests.benchmarks --only serving"
+INTERVAL_S = 5.0  # the default --interval
+PROMETHEUS_SCRAPE_S = 15.0
+FIXTURE_PROC = REPO / "tests" / "fixtures" / "proc"
+
+
+@dataclass(frozen=True)
+class ServingOptions:
+    steady_s: float = 180.0
+    scrapers: int = 4
+    requests: int = 300  # per scraper and target, over all rounds
+    gap_s: float = 0.1
+    rounds: int = 4
+
+
+@dataclass(frozen=True)
+class Steady:
+    seconds: float
+    cpu_s: float
+    intervals: int
+    rss_mib: float  # the largest VmRSS sampled in the window
+    rss_anon_mib: float
+    hwm_mib: float  # VmHWM after the window: the peak since start
+    advance_cpu_s: float
+
+    @property
+    def core_ratio(self) -> float:
+        return self.cpu_s / self.seconds
+
+
+@dataclass(frozen=True)
+class Exposition:
+    plain_bytes: int
+    gzip_bytes: int
+    series: int
+    pods: int
+    pod_series: int  # series that belong to a pod (container and pod series with a pod_uid)
+    by_metric: dict[str, int]  # pod series per metric name
+
+    @property
+    def series_per_pod(self) -> float:
+        return self.pod_series / self.pods if self.pods else float("nan")
+
+
+def _interval_count(proc: ExporterProcess) -> int:
+    for line in proc.metrics().splitlines():
+        if line.startswith("wattprobe_intervals_total "):
+            return int(float(line.split()[1]))
+    return 0
+
+
+def steady_state(proc: ExporterProcess, advancer: Advancer, seconds: float) -> Steady:
+    """CPU and memory of the exporter over `seconds`, with a Prometheus-like scrape every 15 s."""
+    pid = proc.proc.pid
+    stop = threading.Event()
+    rss: list[dict[str, float]] = []
+
+    def sample_memory() -> None:
+        while not stop.wait(INTERVAL_S):
+            rss.append(read_proc_memory_mib(pid))
+
+    sampler = threading.Thread(target=sample_memory, name="rss", daemon=True)
+    intervals0 = _interval_count(proc)
+    advance0 = advancer.cpu_s
+    cpu0 = read_proc_cpu_seconds(pid)
+    start = time.monotonic()
+    sampler.start()
+    next_scrape = start
+    while (now := time.monotonic()) < start + seconds:
+        if now >= next_scrape:
+            fetch(proc.url + "/metrics", gzip=True)
+            next_scrape += PROMETHEUS_SCRAPE_S
+        time.sleep(min(1.0, max(0.0, start + seconds - now)))
+    cpu1 = read_proc_cpu_seconds(pid)
+    elapsed = time.monotonic() - start
+    stop.set()
+    sampler.join()
+    rss.append(read_proc_memory_mib(pid))
+    return Steady(
+        seconds=elapsed,
+        cpu_s=cpu1 - cpu0,
+        intervals=_interval_count(proc) - intervals0,
+        rss_mib=max(r["VmRSS"] for r in rss),
+        rss_anon_mib=max(r["RssAnon"] for r in rss),
+        hwm_mib=rss[-1]["VmHWM"],
+        advance_cpu_s=advancer.cpu_s - advance0,
+    )
+
+
+def exposition(proc: ExporterProcess, pods: int) -> Exposition:
+    plain = fetch(proc.url + "/metrics")
+    packed = fetch(proc.url + "/metrics", gzip=True)
+    samples = parse_samples(plain.decode())
+    by_metric: dict[str, int] = {}
+    pod_uids: set[str] = set()
+    for name, labels in samples:
+        uid = dict(labels).get("pod_uid", "")
+        if uid:
+            pod_uids.add(uid)
+            by_metric[name] = by_metric.get(name, 0) + 1
+    assert len(pod_uids) == pods, f"{len(pod_uids)} pods in the exposition, {pods} on the node"
+    return Exposition(
+        plain_bytes=len(plain),
+        gzip_bytes=len(packed),
+        series=len(samples),
+        pods=len(pod_uids),
+        pod_series=sum(by_metric.values()),
+        by_metric=by_metric,
+    )
+
+
+def scrape_rounds(targets: dict[str, str], opts: ServingOptions) -> dict[str, list[float]]:
+    """Each target in turn, rotating the order every round."""
+    out: dict[str, list[float]] = {name: [] for name in targets}
+    names = list(targets)
+    per_round = max(1, opts.requests // opts.rounds)
+    for r in range(opts.rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            out[name] += run_scrapers(targets[name], opts.scrapers, per_round, opts.gap_s)
+    return out
+
+
+def _ms(values: list[float], q: float) -> float:
+    return 1e3 * percentile(values, q)
+
+
+def run(ctx: Context, opts: ServingOptions, log_dir: Path) -> list[Section]:
+    host = ctx.host(HostShape())
+    shape = host.shape
+    small_args = [
+        *("--path.sysfs", str(host.sysfs), "--path.procfs", str(FIXTURE_PROC)),
+        *("--activity-source", "procfs", "--kube.pod-source", "none", "--no-collector.nvml"),
+    ]
+    with (
+        Advancer(host, INTERVAL_S) as advancer,
+        wattprobe(serve_args(host), log_dir, env=ctx.exporter_env(host)) as big,
+    ):
+        big.wait_next_interval(timeout=60)  # one full interval measured
+        big.wait_next_interval(timeout=60)
+        with machine_load() as load_steady:
+            steady = steady_state(big, advancer, opts.steady_s)
+        expo = exposition(big, shape.pods)
+        with (
+            machine_load() as load_scrape,
+            wattprobe(small_args, log_dir) as small,
+            node_exporter(host.sysfs, host.procfs, log_dir) as nodeexp,
+        ):
+            small.wait_next_interval(timeout=60)
+            latencies = scrape_rounds(
+                {
+                    "wattprobe (synthetic node)": big.url + "/metrics",
+                    "wattprobe (fixture /proc)": small.url + "/metrics",
+                    "node_exporter": nodeexp.url,
+                },
+                opts,
+            )
+            small_expo = len(fetch(small.url + "/metrics"))
+            ne_expo = len(fetch(nodeexp.url))
+        after = read_proc_memory_mib(big.proc.pid)
+    return [
+        _steady_section(steady, after, shape, load_steady[0]),
+        _scrape_section(
+            expo, latencies, opts, small_bytes=small_expo, ne_bytes=ne_expo, load=load_scrape[0]
+        ),
+    ]
+
+
+def _steady_section(
+    s: Steady, after: dict[str, float], shape: HostShape, load: LoadSample
+) -> Section:
+    section = Section("Steady state of `wattprobe serve`", load=load)
+    per_interval = s.cpu_s / s.intervals if s.intervals else float("nan")
+    node = f"{shape.processes:,} processes / {shape.pods} pods / {shape.gpus} GPUs"
+    section.figures += [
+        Figure(
+            f"steady CPU, {node}, 5 s interval",
+            f"{100 * s.core_ratio:.2f} % of one core ({s.cpu_s:.2f} s CPU in {s.seconds:.0f} s, "
+            f"{s.intervals} intervals, {1e3 * per_interval:.0f} ms per interval)",
+            target="<= 1 %",
+            met=s.core_ratio <= 0.01,
+            rerun=COMMAND,
+        ),
+        Figure(
+            "RSS without eBPF, steady (largest VmRSS sampled)",
+            f"{s.rss_mib:.1f} MiB ({s.rss_anon_mib:.1f} MiB anonymous)",
+            target="<= 60 MiB",
+            met=s.rss_mib <= 60,
+            rerun=COMMAND,
+        ),
+        Figure(
+            "RSS without eBPF, peak since start (VmHWM, after the scrape benchmark too)",
+            f"{max(s.hwm_mib, after['VmHWM']):.1f} MiB",
+            rerun=COMMAND,
+        ),
+    ]
+    section.method = (
+        f"`wattprobe serve` (default flags, /proc activity, fake NVML) on the synthetic node, "
+        f"measured for {s.seconds:.0f} s after two intervals of warm-up while a thread advanced "
+        f"the node every 5 s ({s.advance_cpu_s:.1f} s CPU of the benchmark process, not counted) "
+        f"and a scraper fetched /metrics every {PROMETHEUS_SCRAPE_S:.0f} s. Longer windows: "
+        f"`python -m tests.benchmarks --only serving --steady-seconds 600`."
+    )
+    return section
+
+
+def _scrape_section(
+    e: Exposition,
+    lat: dict[str, list[float]],
+    opts: ServingOptions,
+    *,
+    small_bytes: int,
+    ne_bytes: int,
+    load: LoadSample,
+) -> Section:
+    section = Section("Scrapes", load=load)
+    big = lat["wattprobe (synthetic node)"]
+    small = lat["wattprobe (fixture /proc)"]
+    ne = lat["node_exporter"]
+    section.figures += [
+        Figure(
+            f"scrape latency with {opts.scrapers} concurrent scrapers, synthetic node: p50 / p99",
+            f"{_ms(big, 50):.1f} / {_ms(big, 99):.1f} ms",
+            target="p99 <= 20 ms",
+            met=_ms(big, 99) <= 20,
+            rerun=COMMAND,
+        ),
+        Figure(
+            "exposition of the synthetic node: size plain / gzip, series",
+            f"{e.plain_bytes / 1024:.0f} KiB / {e.gzip_bytes / 1024:.0f} KiB, {e.series:,} series",
+            rerun=COMMAND,
+        ),
+        Figure(
+            "series per pod (container and pod series carrying its pod_uid)",
+            f"{e.series_per_pod:.1f}",
+            target="<= 10",
+            met=e.series_per_pod <= 10,
+            rerun=COMMAND,
+        ),
+    ]
+    for name, values, nbytes in (
+        ("wattprobe on the same sysfs, fixture /proc", small, small_bytes),
+        ("wattprobe on the synthetic node", big, e.plain_bytes),
+    ):
+        ratio50 = percentile(values, 50) / percentile(ne, 50)
+        ratio99 = percentile(values, 99) / percentile(ne, 99)
+        section.figures.append(
+            Figure(
+                f"scrape latency {name} / node_exporter on that sysfs: p50, p99",
+                f"{ratio50:.2f}x, {ratio99:.2f}x ({_ms(values, 50):.1f} / {_ms(values, 99):.1f} "
+                f"ms vs {_ms(ne, 50):.1f} / {_ms(ne, 99):.1f} ms; {nbytes / 1024:.0f} KiB vs "
+                f"{ne_bytes / 1024:.0f} KiB)",
+                target="<= 1.5x",
+                met=max(ratio50, ratio99) <= 1.5,
+                rerun=COMMAND,
+            )
+        )
+    rows = [
+        "| target | requests | p50 ms | p90 ms | p99 ms | max ms |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, values in lat.items():
+        rows.append(
+            f"| {name} | {len(values)} | {_ms(values, 50):.2f} | {_ms(values, 90):.2f} "
+            f"| {_ms(values, 99):.2f} | {_ms(values, 100):.2f} |"
+        )
+    rows += ["", "| pod series by metric | series | per pod |", "|---|---|---|"]
+    for name, n in sorted(e.by_metric.items()):
+        rows.append(f"| {name} | {n} | {n / e.pods:.1f} |")
+    section.details = "\n".join(rows)
+    section.method = (
+        f"{opts.scrapers} scraper processes, {opts.requests} requests each per target "
+        f"({opts.rounds} rotated rounds, {1e3 * opts.gap_s:.0f} ms between requests, keep-alive, "
+        f"gzip). Latency: request sent to last body byte received."
+    )
+    return section
