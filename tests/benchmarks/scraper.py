@@ -1,5 +1,5 @@
 """One scraper: GETs a URL over one keep-alive connection, as Prometheus does, and prints the
-latency of each request (first byte sent to last body byte received) as JSON.
+start time and latency of each request (first byte sent to last body byte received) as JSON.
 
     python -m tests.benchmarks.scraper URL COUNT GAP_S START_AT
 
@@ -23,20 +23,22 @@ HEADERS = {
 }
 
 
-def scrape(url: str, count: int, gap_s: float, start_at: float) -> list[float]:
+def scrape(url: str, count: int, gap_s: float, start_at: float) -> list[tuple[float, float]]:
+    """(time.time() at the request's start, latency in seconds) per request."""
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
-    latencies: list[float] = []
+    latencies: list[tuple[float, float]] = []
     delay = start_at - time.time()
     if delay > 0:
         time.sleep(delay)
     try:
         for _ in range(count):
+            wall = time.time()
             start = time.perf_counter()
             conn.request("GET", parts.path or "/", headers=HEADERS)
             resp = conn.getresponse()
             body = resp.read()
-            latencies.append(time.perf_counter() - start)
+            latencies.append((wall, time.perf_counter() - start))
             if resp.status != 200 or not body:
                 raise SystemExit(f"{url}: HTTP {resp.status}")
             if gap_s:

@@ -116,8 +116,9 @@ def node_exporter(sysfs: Path, procfs: Path, log_dir: Path) -> Iterator[NodeExpo
         log.close()
 
 
-def run_scrapers(url: str, scrapers: int, count: int, gap_s: float) -> list[float]:
-    """Latencies (seconds) of `scrapers` concurrent keep-alive scrapers, `count` requests each."""
+def run_scrapers(url: str, scrapers: int, count: int, gap_s: float) -> list[tuple[float, float]]:
+    """(start, latency) of each request of `scrapers` concurrent keep-alive scrapers, `count`
+    requests each; start is time.time(), latency in seconds."""
     start_at = time.time() + 0.5  # after every scraper process has started
     procs = [
         subprocess.Popen(
@@ -136,12 +137,12 @@ def run_scrapers(url: str, scrapers: int, count: int, gap_s: float) -> list[floa
         )
         for _ in range(scrapers)
     ]
-    latencies: list[float] = []
+    latencies: list[tuple[float, float]] = []
     for p in procs:
         out, err = p.communicate(timeout=600)
         if p.returncode != 0:
             raise RuntimeError(f"scraper failed: {err.decode(errors='replace')}")
-        latencies.extend(json.loads(out))
+        latencies.extend((start, latency) for start, latency in json.loads(out))
     return latencies
 
 

@@ -159,7 +159,8 @@ def scrape_rounds(targets: dict[str, str], opts: ServingOptions) -> dict[str, li
     per_round = max(1, opts.requests // opts.rounds)
     for r in range(opts.rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
-            out[name] += run_scrapers(targets[name], opts.scrapers, per_round, opts.gap_s)
+            got = run_scrapers(targets[name], opts.scrapers, per_round, opts.gap_s)
+            out[name] += [latency for _start, latency in got]
     return out
 
 
