@@ -31,6 +31,7 @@ from exporter.config import (
     parse_duration,
     parse_listen_address,
 )
+from exporter.runtime import tune_for_serving
 from exporter.server import Health, make_server
 from exporter.wiring import build_monitor
 
@@ -236,6 +237,7 @@ def serve(**kw: Any) -> None:
 
 def run_server(config: Config) -> None:
     monitor = build_monitor(config)
+    tune_for_serving()
     stop = threading.Event()
     last_step = [time.monotonic()]
 

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from exporter.runtime import tune_for_serving
 from exporter.wiring import build_monitor
 from tests.benchmarks.common import Context, Figure, Section, config_for, machine_load, median
 from tests.benchmarks.synthetic import HostShape, SyntheticHost
@@ -79,6 +80,7 @@ class Scale:
 def measure(host: SyntheticHost, ctx: Context, rounds: int) -> Scale:
     ctx.load_nvml_in_process(host.scenario_path)
     monitor = build_monitor(config_for(host))
+    tune_for_serving()  # as `wattprobe serve` does
     procfs = str(host.procfs)
     try:
         last = time.monotonic()

@@ -355,7 +355,9 @@ class SyntheticHost:
             if p.cgroup.v2_dir in members:
                 members[p.cgroup.v2_dir].append(p.pid)
         for rel, pids in members.items():
-            write_atomic(self.cgroupfs / rel / "cgroup.procs", "".join(f"{x}\n" for x in pids))
+            d = self.cgroupfs / rel
+            d.mkdir(parents=True, exist_ok=True)  # a container's first process
+            write_atomic(d / "cgroup.procs", "".join(f"{x}\n" for x in pids))
 
     # -- what a reader needs to know -----------------------------------------------------------
 
