@@ -143,3 +143,30 @@ def test_same_as_a_full_read_on_a_churning_node(tmp_path: Path) -> None:
         synthetic.advance(5.0)
         got = {t.pid: (t.key, t.comm, t.cgroup, t.cpu_seconds) for t in source.tasks()}
         assert got == full_read(synthetic.procfs)
+
+
+ODD_COMMS = ["my (weird) proc", "a) b (c", ") )", "x (y)", "tab\there", "", "ab) S) x"]
+
+
+def test_processes_with_odd_names_that_run(host: FixtureHost) -> None:
+    for i, comm in enumerate(ODD_COMMS):
+        host.add_process(7100 + i, comm, IN_CONTAINER, start=500 + i, utime=10)
+    s = scanner(host)
+    by_pid(s)
+    for i in range(len(ODD_COMMS)):
+        host.add_process_ticks(7100 + i, 5, 2)
+    seen = by_pid(s)
+    for i, comm in enumerate(ODD_COMMS):
+        assert seen[7100 + i] == ((7100 + i, 500 + i), comm, IN_CONTAINER, 17 / CLOCK_TICKS)
+    assert seen == full_read(host.procfs)
+
+
+def test_a_new_name_that_parses_like_the_old_one_is_a_new_name(host: FixtureHost) -> None:
+    """'ab) S) x' renamed to 'ab) S': the stat lines agree up to the new name's last ')'."""
+    host.add_process(7200, "ab) S) x", SHIM, start=42, utime=1)
+    s = scanner(host)
+    by_pid(s)
+    (host.procfs / "7200" / "cgroup").write_text(IN_CONTAINER)
+    write_atomic(host.procfs / "7200" / "stat", stat_line(7200, "ab) S", 9, 0, start=42))
+    seen = by_pid(s)[7200]
+    assert seen[1] == "ab) S" and seen[2] == IN_CONTAINER and seen[3] == 9 / CLOCK_TICKS

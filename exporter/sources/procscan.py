@@ -3,7 +3,8 @@
 Reading every process's stat and cgroup file through Python's text I/O costs several times what
 the kernel needs to produce them (docs/benchmarks.md). Per interval this scanner:
 - reads each /proc/<pid>/stat with one os.open/os.read/os.close, and when the bytes are those of
-  the last interval (a process that did not run) reuses the TaskSample built from them;
+  the last interval (a process that did not run) reuses the TaskSample built from them; for a
+  process that ran (same "pid (comm)" and start time) it parses only the fields that move;
 - reads /proc/<pid>/cgroup only for a process it has not seen (new PID, or a reused PID: its
   start time differs), for one whose comm changed (it exec'd: runc and systemd move a process
   into its cgroup before exec'ing the workload), and otherwise every `recheck_every` intervals,
@@ -19,7 +20,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Protocol
 
 from exporter.readings import SourceError, TaskSample
@@ -48,12 +49,16 @@ class StatFields(Protocol):
     def start_ticks(self) -> int: ...
 
 
-@dataclass(frozen=True, slots=True)
 class _Known:
-    """What the last scan found for one PID directory."""
+    """What the last scan found for one PID directory (a plain slotted class: thousands are
+    made every interval, and a frozen dataclass costs twice as much to build)."""
 
-    stat: bytes
-    sample: TaskSample
+    __slots__ = ("head", "sample", "stat")
+
+    def __init__(self, stat: bytes, sample: TaskSample, head: bytes) -> None:
+        self.stat = stat
+        self.sample = sample
+        self.head = head  # "pid (comm)": the part of stat that names the process
 
 
 _FLAGS = os.O_RDONLY | os.O_CLOEXEC
@@ -165,11 +170,16 @@ class ProcScanner:
             return None
         if cgroup == prev.sample.cgroup:
             return prev
-        return _Known(prev.stat, replace(prev.sample, cgroup=cgroup))
+        return _Known(prev.stat, replace(prev.sample, cgroup=cgroup), prev.head)
 
     def _parse(
         self, name: str, stat_bytes: bytes, prev: _Known | None, recheck: bool
     ) -> _Known | None:
+        end = stat_bytes.rfind(b")") + 1  # "pid (comm)": comm may hold spaces and ')'
+        if prev is not None and not recheck and end == len(prev.head):
+            sample = self._ran(stat_bytes, end, prev)
+            if sample is not None:
+                return _Known(stat_bytes, sample, prev.head)
         try:
             stat = self._parse_stat(decode(stat_bytes))
         except ValueError as exc:
@@ -190,4 +200,30 @@ class ProcScanner:
             kernel_thread=bool(stat.flags & self._kthread),
             cpu_seconds=(stat.utime_ticks + stat.stime_ticks) / self._ticks,
         )
-        return _Known(stat_bytes, sample)
+        return _Known(stat_bytes, sample, stat_bytes[:end])
+
+    def _ran(self, stat: bytes, end: int, prev: _Known) -> TaskSample | None:
+        """The common case, a known process that ran: same pid, comm and start time, new CPU
+        time. Only the fields that move are parsed; None sends the line to the full parser."""
+        if not stat.startswith(prev.head):
+            return None  # another comm: it exec'd (or renamed itself)
+        # fields after ") ": state is field 3, so field n of proc(5) is rest[n - 3]
+        rest = stat[end + 1 :].split(None, 20)
+        if len(rest) < 21:
+            return None
+        old = prev.sample
+        try:
+            if int(rest[19]) != old.key[1]:
+                return None  # a new process under the same PID and name
+            ticks = int(rest[11]) + int(rest[12])
+            flags = int(rest[6])
+        except ValueError:
+            return None
+        return TaskSample(
+            key=old.key,
+            pid=old.pid,
+            comm=old.comm,
+            cgroup=old.cgroup,
+            kernel_thread=bool(flags & self._kthread),
+            cpu_seconds=ticks / self._ticks,
+        )
