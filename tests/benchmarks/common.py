@@ -15,10 +15,11 @@ from pathlib import Path
 
 from exporter.config import ActivitySource, Config, PodSource
 from tests.benchmarks.synthetic import HostShape, SyntheticHost
-from tests.nvml.build import LIBRARY, SCENARIO_ENV, build_fake_nvml
+from tests.nvml.build import EVENT_POLL_ENV, LIBRARY, SCENARIO_ENV, build_fake_nvml
 from tests.realparts import require_binary
 
 REPO = Path(__file__).resolve().parents[2]
+FAKE_EVENT_POLL_MS = 3_600_000  # longer than any wait of the exporter's XID watcher
 
 
 @dataclass(frozen=True)
@@ -142,9 +143,15 @@ class Context:
             ctypes.CDLL(str(self.nvml_dir / LIBRARY), mode=ctypes.RTLD_GLOBAL)
             self._nvml_loaded = True
         os.environ[SCENARIO_ENV] = str(scenario)
+        os.environ[EVENT_POLL_ENV] = str(FAKE_EVENT_POLL_MS)
 
     def exporter_env(self, host: SyntheticHost) -> dict[str, str]:
-        return {"LD_LIBRARY_PATH": str(self.nvml_dir), SCENARIO_ENV: str(host.scenario_path)}
+        return {
+            "LD_LIBRARY_PATH": str(self.nvml_dir),
+            SCENARIO_ENV: str(host.scenario_path),
+            # no XID events come: the fake's event wait sleeps to its timeout like the driver
+            EVENT_POLL_ENV: str(FAKE_EVENT_POLL_MS),
+        }
 
 
 def config_for(host: SyntheticHost) -> Config:

@@ -1,5 +1,6 @@
 """One scraper: GETs a URL over one keep-alive connection, as Prometheus does, and prints the
-start time and latency of each request (first byte sent to last body byte received) as JSON.
+start time, latency (first byte sent to last body byte received) and snapshot of each request
+as JSON.
 
     python -m tests.benchmarks.scraper URL COUNT GAP_S START_AT
 
@@ -9,6 +10,7 @@ other; START_AT (a time.time() value) lines their first requests up.
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
 import sys
@@ -23,11 +25,24 @@ HEADERS = {
 }
 
 
-def scrape(url: str, count: int, gap_s: float, start_at: float) -> list[tuple[float, float]]:
-    """(time.time() at the request's start, latency in seconds) per request."""
+Request = tuple[float, float, int]  # (time.time() at its start, latency s, snapshot or -1)
+
+
+def snapshot_of(body: bytes, gzipped: bool) -> int:
+    """wattprobe_intervals_total of a wattprobe exposition (-1 for other exporters): tells which
+    requests met a new snapshot, that is, fell on or next to the exporter's interval step."""
+    text = gzip.decompress(body) if gzipped else body
+    at = text.find(b"\nwattprobe_intervals_total ")
+    if at < 0:
+        return -1
+    return int(float(text[at + 28 : text.index(b"\n", at + 1)]))
+
+
+def scrape(url: str, count: int, gap_s: float, start_at: float) -> list[Request]:
+    """One Request per GET; the snapshot is read from the body after the latency is taken."""
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
-    latencies: list[tuple[float, float]] = []
+    latencies: list[Request] = []
     delay = start_at - time.time()
     if delay > 0:
         time.sleep(delay)
@@ -38,9 +53,11 @@ def scrape(url: str, count: int, gap_s: float, start_at: float) -> list[tuple[fl
             conn.request("GET", parts.path or "/", headers=HEADERS)
             resp = conn.getresponse()
             body = resp.read()
-            latencies.append((wall, time.perf_counter() - start))
+            latency = time.perf_counter() - start
             if resp.status != 200 or not body:
                 raise SystemExit(f"{url}: HTTP {resp.status}")
+            gzipped = resp.getheader("Content-Encoding") == "gzip"
+            latencies.append((wall, latency, snapshot_of(body, gzipped)))
             if gap_s:
                 time.sleep(gap_s)
     finally:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.benchmarks.common import REPO
+from tests.benchmarks.scraper import Request
 from tests.benchmarks.synthetic import SyntheticHost
 from tests.realparts import require_binary
 from tests.running import ExporterProcess, free_port, start_exporter
@@ -116,9 +117,9 @@ def node_exporter(sysfs: Path, procfs: Path, log_dir: Path) -> Iterator[NodeExpo
         log.close()
 
 
-def run_scrapers(url: str, scrapers: int, count: int, gap_s: float) -> list[tuple[float, float]]:
-    """(start, latency) of each request of `scrapers` concurrent keep-alive scrapers, `count`
-    requests each; start is time.time(), latency in seconds."""
+def run_scrapers(url: str, scrapers: int, count: int, gap_s: float) -> list[list[Request]]:
+    """The requests of `scrapers` concurrent keep-alive scrapers, `count` each, per scraper in
+    the order they were made."""
     start_at = time.time() + 0.5  # after every scraper process has started
     procs = [
         subprocess.Popen(
@@ -137,13 +138,13 @@ def run_scrapers(url: str, scrapers: int, count: int, gap_s: float) -> list[tupl
         )
         for _ in range(scrapers)
     ]
-    latencies: list[tuple[float, float]] = []
+    out: list[list[Request]] = []
     for p in procs:
-        out, err = p.communicate(timeout=600)
+        stdout, err = p.communicate(timeout=600)
         if p.returncode != 0:
             raise RuntimeError(f"scraper failed: {err.decode(errors='replace')}")
-        latencies.extend((start, latency) for start, latency in json.loads(out))
-    return latencies
+        out.append([(start, latency, snap) for start, latency, snap in json.loads(stdout)])
+    return out
 
 
 def fetch(url: str, gzip: bool = False) -> bytes:

@@ -35,6 +35,7 @@ from tests.benchmarks.common import (
     read_proc_memory_mib,
     serve_args,
 )
+from tests.benchmarks.scraper import Request
 from tests.benchmarks.servers import Advancer, fetch, node_exporter, run_scrapers, wattprobe
 from tests.benchmarks.synthetic import HostShape
 from tests.running import ExporterProcess, parse_samples
@@ -152,15 +153,30 @@ def exposition(proc: ExporterProcess, pods: int) -> Exposition:
     )
 
 
-def scrape_rounds(targets: dict[str, str], opts: ServingOptions) -> dict[str, list[float]]:
+Timed = tuple[float, bool]  # (latency s, whether the request fell on an interval step)
+
+
+def near_steps(requests: list[Request]) -> list[Timed]:
+    """A scraper's requests in order, each marked when the snapshot changed just before or just
+    after it: the monitor's step (or the render of the new snapshot) ran around then."""
+    out = []
+    for i, (_start, latency, snap) in enumerate(requests):
+        before = requests[i - 1][2] if i else snap
+        after = requests[i + 1][2] if i + 1 < len(requests) else snap
+        out.append((latency, snap >= 0 and (before != snap or after != snap)))
+    return out
+
+
+def scrape_rounds(targets: dict[str, str], opts: ServingOptions) -> dict[str, list[Timed]]:
     """Each target in turn, rotating the order every round."""
-    out: dict[str, list[float]] = {name: [] for name in targets}
+    out: dict[str, list[Timed]] = {name: [] for name in targets}
     names = list(targets)
     per_round = max(1, opts.requests // opts.rounds)
     for r in range(opts.rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
-            got = run_scrapers(targets[name], opts.scrapers, per_round, opts.gap_s)
-            out[name] += [latency for _start, latency in got]
+            got = run_scrapers(targets[name], opts.scrapers, per_round + 1, opts.gap_s)
+            for scraper in got:
+                out[name] += near_steps(scraper)[1:]  # the first also connected
     return out
 
 
@@ -249,7 +265,7 @@ def _steady_section(
 
 def _scrape_section(
     e: Exposition,
-    lat: dict[str, list[float]],
+    timed: dict[str, list[Timed]],
     opts: ServingOptions,
     *,
     small_bytes: int,
@@ -257,6 +273,7 @@ def _scrape_section(
     load: LoadSample,
 ) -> Section:
     section = Section("Scrapes", load=load)
+    lat = {name: [t for t, _near in values] for name, values in timed.items()}
     big = lat["wattprobe (synthetic node)"]
     small = lat["wattprobe (fixture /proc)"]
     ne = lat["node_exporter"]
@@ -307,6 +324,19 @@ def _scrape_section(
             f"| {name} | {len(values)} | {_ms(values, 50):.2f} | {_ms(values, 90):.2f} "
             f"| {_ms(values, 99):.2f} | {_ms(values, 100):.2f} |"
         )
+    # which requests are slow: those that fell on the monitor's step, or all alike?
+    on_step = [t for t, near in timed["wattprobe (synthetic node)"] if near]
+    off_step = [t for t, near in timed["wattprobe (synthetic node)"] if not near]
+    slowest = sorted(timed["wattprobe (synthetic node)"], reverse=True)[: max(1, len(big) // 100)]
+    section.figures.append(
+        Figure(
+            "synthetic node: requests next to an interval step / the others: p99",
+            f"{_ms(on_step, 99):.1f} ms ({len(on_step)} requests) / {_ms(off_step, 99):.1f} ms "
+            f"({len(off_step)}); {sum(n for _t, n in slowest)} of the slowest {len(slowest)} "
+            f"were next to a step",
+            rerun=COMMAND,
+        )
+    )
     rows += ["", "| pod series by metric | series | per pod |", "|---|---|---|"]
     for name, n in sorted(e.by_metric.items()):
         rows.append(f"| {name} | {n} | {n / e.pods:.1f} |")
@@ -314,6 +344,10 @@ def _scrape_section(
     section.method = (
         f"{opts.scrapers} scraper processes, {opts.requests} requests each per target "
         f"({opts.rounds} rotated rounds, {1e3 * opts.gap_s:.0f} ms between requests, keep-alive, "
-        f"gzip). Latency: request sent to last body byte received."
+        f"gzip; each connection's first request, which also connects, is left out, as "
+        f"Prometheus keeps its connections). Latency: request sent to last body byte received. "
+        f"A request is next to a step when the snapshot it got differs from its scraper's "
+        f"previous or next one: the monitor stepped (and the first scrape of the new snapshot "
+        f"rendered it) around then."
     )
     return section
