@@ -48,7 +48,9 @@ NOTES = """\
 
 def _sections(args: argparse.Namespace, ctx: Context, log_dir: Path) -> list[Section]:
     steps: dict[str, Callable[[], list[Section]]] = {
-        "collection": lambda: [collection.run(ctx, tuple(args.scales), args.rounds)],
+        "collection": lambda: [
+            collection.run(ctx, tuple(args.scales), args.rounds, args.live_processes)
+        ],
         "serving": lambda: serving.run(
             ctx,
             serving.ServingOptions(
@@ -87,7 +89,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=[1000, 5000, 20000],
         help="process counts of the collection benchmark (comma-separated)",
     )
-    parser.add_argument("--rounds", type=int, default=10, help="collection rounds per scale")
+    parser.add_argument("--rounds", type=int, default=12, help="collection rounds per scale")
+    parser.add_argument(
+        "--live-processes",
+        type=int,
+        default=5000,
+        help="sleeping processes added to this machine's /proc for the live measurement (0: none)",
+    )
     parser.add_argument("--steady-seconds", type=float, default=180.0)
     parser.add_argument("--requests", type=int, default=300, help="per scraper and target")
     parser.add_argument("--scrape-rounds", type=int, default=4)
@@ -96,7 +104,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-write", action="store_true", help="leave docs/benchmarks.md alone")
     args = parser.parse_args(argv)
     if args.quick:
-        args.scales, args.rounds = [500, 2000], 3
+        args.scales, args.rounds, args.live_processes = [500, 2000], 3, 500
         args.steady_seconds, args.requests, args.scrape_rounds = 20.0, 40, 2
         args.nvml_repeat = 50
     return args

@@ -13,10 +13,16 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import signal
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
+from exporter.config import ActivitySource, Config, PodSource
+from exporter.monitor import Monitor
 from exporter.runtime import tune_for_serving
 from exporter.wiring import build_monitor
 from tests.benchmarks.common import Context, Figure, Section, config_for, machine_load, median
@@ -80,42 +86,49 @@ class Scale:
 def measure(host: SyntheticHost, ctx: Context, rounds: int) -> Scale:
     ctx.load_nvml_in_process(host.scenario_path)
     monitor = build_monitor(config_for(host))
-    tune_for_serving()  # as `wattprobe serve` does
-    procfs = str(host.procfs)
     try:
-        last = time.monotonic()
-        monitor.step()
-        steps: list[float] = []
-        walls: list[float] = []
-        stats: list[float] = []
-        fulls: list[float] = []
-        ratio_s: list[float] = []
-        ratio_f: list[float] = []
-        for r in range(rounds + 2):
-            time.sleep(PAUSE_S)
-            now = time.monotonic()
-            host.advance(now - last)
-            last = now
-            floors_first = r % 2 == 1
-            if floors_first:
-                fs, ff = floors(procfs)
-            wall = time.perf_counter()
-            step = cpu_seconds(monitor.step)
-            wall = time.perf_counter() - wall
-            if not floors_first:
-                fs, ff = floors(procfs)
-            if r < 2:
-                continue  # warm-up: the first intervals fill the caches
-            steps.append(step)
-            walls.append(wall)
-            stats.append(fs)
-            fulls.append(ff)
-            ratio_s.append(step / fs)
-            ratio_f.append(step / ff)
+        return measure_rounds(monitor, str(host.procfs), rounds, host.advance)
     finally:
         monitor.close()
+
+
+def measure_rounds(
+    monitor: Monitor, procfs: str, rounds: int, advance: Callable[[float], None] | None
+) -> Scale:
+    """Steps and floors in alternating order; `advance` moves the node between rounds."""
+    tune_for_serving()  # as `wattprobe serve` does
+    last = time.monotonic()
+    monitor.step()
+    steps: list[float] = []
+    walls: list[float] = []
+    stats: list[float] = []
+    fulls: list[float] = []
+    ratio_s: list[float] = []
+    ratio_f: list[float] = []
+    for r in range(rounds + 2):
+        time.sleep(PAUSE_S)
+        now = time.monotonic()
+        if advance is not None:
+            advance(now - last)
+        last = now
+        floors_first = r % 2 == 1
+        if floors_first:
+            fs, ff = floors(procfs)
+        wall = time.perf_counter()
+        step = cpu_seconds(monitor.step)
+        wall = time.perf_counter() - wall
+        if not floors_first:
+            fs, ff = floors(procfs)
+        if r < 2:
+            continue  # warm-up: the first intervals fill the caches
+        steps.append(step)
+        walls.append(wall)
+        stats.append(fs)
+        fulls.append(ff)
+        ratio_s.append(step / fs)
+        ratio_f.append(step / ff)
     return Scale(
-        processes=len(host.processes),
+        processes=sum(1 for name in os.listdir(procfs) if name.isdigit()),
         step_cpu_s=median(steps),
         step_wall_s=median(walls),
         floor_stat_s=median(stats),
@@ -126,7 +139,47 @@ def measure(host: SyntheticHost, ctx: Context, rounds: int) -> Scale:
     )
 
 
-def run(ctx: Context, scales: tuple[int, ...], rounds: int) -> Section:
+@contextmanager
+def sleepers(count: int, scratch: Path) -> Iterator[None]:
+    """`count` sleeping processes on this machine (tests/benchmarks/sleepers.c) while the block
+    runs; they are killed with their process group after it."""
+    binary = scratch / "sleepers"
+    subprocess.run(
+        ["gcc", "-O2", "-o", str(binary), str(Path(__file__).with_name("sleepers.c"))],
+        check=True,
+        capture_output=True,
+    )
+    proc = subprocess.Popen(
+        [str(binary), str(count)], stdout=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != b"ready":
+            raise RuntimeError(f"sleepers exited with {proc.wait()}")
+        yield
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def measure_live(ctx: Context, count: int, rounds: int) -> Scale:
+    """On this machine's /proc with `count` extra sleeping processes: the kernel formats every
+    stat file it is asked for, which costs more than reading the synthetic node's tmpfs."""
+    with sleepers(count, ctx.scratch):
+        monitor = build_monitor(
+            Config(
+                activity_source=ActivitySource.PROCFS,
+                pod_source=PodSource.NONE,
+                collectors=frozenset({"rapl", "hwmon", "estimate"}),
+            )
+        )
+        try:
+            return measure_rounds(monitor, "/proc", rounds, None)
+        finally:
+            monitor.close()
+
+
+def run(ctx: Context, scales: tuple[int, ...], rounds: int, live: int) -> Section:
     logging.getLogger("exporter").setLevel(logging.ERROR)
     results: list[Scale] = []
     with machine_load() as load:
@@ -134,6 +187,7 @@ def run(ctx: Context, scales: tuple[int, ...], rounds: int) -> Section:
             host = ctx.host(HostShape(processes=n))
             gc.collect()
             results.append(measure(host, ctx, rounds))
+        real = measure_live(ctx, live, rounds) if live else None
     section = Section("Collection cost per interval", load=load[0])
     by_n = {s.processes: s for s in results}
     default = by_n.get(HostShape.processes) or results[len(results) // 2]
@@ -174,14 +228,34 @@ def run(ctx: Context, scales: tuple[int, ...], rounds: int) -> Section:
                 rerun=COMMAND,
             )
         )
+    if real is not None:
+        per_file = real.floor_stat_s / real.processes
+        synthetic_per_file = default.floor_stat_s / default.processes
+        section.figures += [
+            Figure(
+                f"this machine's /proc with {real.processes:,} processes: collection / floor "
+                "(every stat file)",
+                f"{real.ratio_stat:.2f}x ({1e3 * real.step_cpu_s:.1f} ms vs "
+                f"{1e3 * real.floor_stat_s:.1f} ms)",
+                rerun=COMMAND,
+            ),
+            Figure(
+                "reading one stat file: real /proc / the synthetic node's tmpfs",
+                f"{1e6 * per_file:.1f} µs / {1e6 * synthetic_per_file:.1f} µs; the floor alone "
+                f"at {HostShape.processes:,} processes every 5 s is "
+                f"{100 * per_file * HostShape.processes / 5:.2f} % of a core on real /proc",
+                rerun=COMMAND,
+            ),
+        ]
     rows = [
-        "| processes | step CPU ms | µs/process | floor stat ms | floor stat+cgroup ms "
+        "| /proc | processes | step CPU ms | µs/process | floor stat ms | floor stat+cgroup ms "
         "| step/floor stat | step/floor full |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for s in results:
+    for s in [*results, *([real] if real is not None else [])]:
+        kind = "this machine's" if s is real else "synthetic"
         rows.append(
-            f"| {s.processes:,} | {1e3 * s.step_cpu_s:.1f} | {s.per_process_us:.1f} "
+            f"| {kind} | {s.processes:,} | {1e3 * s.step_cpu_s:.1f} | {s.per_process_us:.1f} "
             f"| {1e3 * s.floor_stat_s:.1f} | {1e3 * s.floor_full_s:.1f} | {s.ratio_stat:.2f} "
             f"| {s.ratio_full:.2f} |"
         )
@@ -193,6 +267,8 @@ def run(ctx: Context, scales: tuple[int, ...], rounds: int) -> Section:
         f"{HostShape.containers} containers (+ pause). CPU time of the stepping thread "
         f"(`time.thread_time`), median of {rounds} rounds after 2 warm-up rounds; each round "
         f"30 % of the processes ran and 1 % were replaced by new ones. Floors: a bare loop of "
-        f"`os.open`/`os.read`/`os.close` over the same tree, in the same round."
+        f"`os.open`/`os.read`/`os.close` over the same tree, in the same round. On this "
+        f"machine's /proc, {live:,} sleeping processes (tests/benchmarks/sleepers.c) were added "
+        f"to what runs here, and the monitor had no GPUs and estimated power (no RAPL here)."
     )
     return section

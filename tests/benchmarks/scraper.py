@@ -25,6 +25,7 @@ HEADERS = {
 }
 
 
+INTERVALS = b"\nwattprobe_intervals_total "
 Request = tuple[float, float, int]  # (time.time() at its start, latency s, snapshot or -1)
 
 
@@ -32,10 +33,10 @@ def snapshot_of(body: bytes, gzipped: bool) -> int:
     """wattprobe_intervals_total of a wattprobe exposition (-1 for other exporters): tells which
     requests met a new snapshot, that is, fell on or next to the exporter's interval step."""
     text = gzip.decompress(body) if gzipped else body
-    at = text.find(b"\nwattprobe_intervals_total ")
+    at = text.find(INTERVALS)
     if at < 0:
         return -1
-    return int(float(text[at + 28 : text.index(b"\n", at + 1)]))
+    return int(float(text[at + len(INTERVALS) : text.index(b"\n", at + 1)]))
 
 
 def scrape(url: str, count: int, gap_s: float, start_at: float) -> list[Request]:
