@@ -25,8 +25,9 @@ test: setup-test lint pytest ## lint, type-check and run the whole test suite (w
 pytest: ## run the test suite only (ARGS=... passes pytest options)
 	$(PY) -m pytest $(ARGS)
 
-fmt: ## let ruff fix what it can and format the code
-	$(PY) -m ruff check --fix -q $(SRC)
+fmt: ## let ruff fix what it can and format the code (then `make lint` shows what is left)
+	$(PY) -m ruff format -q $(SRC)
+	$(PY) -m ruff check --fix --exit-zero -q $(SRC)
 	$(PY) -m ruff format -q $(SRC)
 
 lint: ## ruff and mypy, both must be clean

@@ -39,6 +39,20 @@ NODE_POWER = "node_zone_source_mode:wattprobe_node_energy_joules:sum_rate5m"
 POD_POWER = "namespace_pod_zone:wattprobe_pod_energy_joules:sum_rate5m"
 NAMESPACE_POWER = "namespace_zone:wattprobe_pod_energy_joules:sum_rate5m"
 J_PER_KWH = "3.6e6"
+# joins a MIG instance's series to its profile (3g.20gb ...) and MIG device UUID
+MIG_PROFILE = (
+    "* on (uuid, gpu_instance, compute_instance) group_left (profile, mig_uuid) "
+    "wattprobe_gpu_mig_info"
+)
+
+
+def xid_events(counter: str, window: str) -> str:
+    """XID events within the window, per series. A GPU's XID counter series only appears with
+    its first event, at 1, and increase() cannot see that first event; the counter minus its
+    value one window ago (0 where it did not exist yet) does. A counter reset (the exporter
+    restarted) counts 0 rather than a negative number."""
+    return f"clamp_min({counter} - ({counter} offset {window} or {counter} * 0), 0)"
+
 
 ESTIMATED_DASHED = dashed("byRegexp", ".*\\(estimated\\).*")
 ESTIMATED_NOTE = (
@@ -480,6 +494,7 @@ def pod_power(settings: Settings) -> JSON:
 
 def gpu_fleet(settings: Settings) -> JSON:
     gpus = sel('gpu=~"$gpu"')
+    whole = sel('gpu=~"$gpu"', 'gpu_instance=""')  # whole GPUs, not their MIG instances
     mig = sel('gpu=~"$gpu"', 'gpu_instance!=""')
     temperature_steps = thresholds(("green", None), ("orange", 80), ("red", 85))
     lay = Layout()
@@ -503,12 +518,16 @@ def gpu_fleet(settings: Settings) -> JSON:
         stat(
             "Critical XIDs in range",
             f"Critical XID errors ({CRITICAL_XIDS.replace('|', ', ')}) over the dashboard's time "
-            "range (alert WattprobeGpuXidError).",
+            "range (alert WattprobeGpuXidError), a GPU's first one included.",
             [
                 Query(
-                    "sum(increase(wattprobe_gpu_xid_errors_total"
-                    + sel('gpu=~"$gpu"', f'xid=~"{CRITICAL_XIDS}"')
-                    + "[$__range])) or vector(0)",
+                    "sum("
+                    + xid_events(
+                        "wattprobe_gpu_xid_errors_total"
+                        + sel('gpu=~"$gpu"', f'xid=~"{CRITICAL_XIDS}"'),
+                        "$__range",
+                    )
+                    + ") or vector(0)",
                     instant=True,
                 )
             ],
@@ -577,14 +596,15 @@ def gpu_fleet(settings: Settings) -> JSON:
             "GPU memory used, with 1 h forecast",
             "Memory used per GPU (solid), its total (dashed, refId C) and a linear forecast one "
             "hour ahead from the last 30 minutes (dashed, refId B): a forecast crossing the "
-            "total means an out-of-memory within the hour.",
+            "total means an out-of-memory within the hour. Whole GPUs; MIG instances are in "
+            "the MIG instances table.",
             [
-                Query(f"wattprobe_gpu_memory_used_bytes{gpus}", "{{node}} GPU {{gpu}} used"),
+                Query(f"wattprobe_gpu_memory_used_bytes{whole}", "{{node}} GPU {{gpu}} used"),
                 Query(
-                    f"predict_linear(wattprobe_gpu_memory_used_bytes{gpus}[30m], 3600)",
+                    f"predict_linear(wattprobe_gpu_memory_used_bytes{whole}[30m], 3600)",
                     "{{node}} GPU {{gpu}} in 1 h",
                 ),
-                Query(f"wattprobe_gpu_memory_total_bytes{gpus}", "{{node}} GPU {{gpu}} total"),
+                Query(f"wattprobe_gpu_memory_total_bytes{whole}", "{{node}} GPU {{gpu}} total"),
             ],
             "bytes",
             width=16,
@@ -592,15 +612,23 @@ def gpu_fleet(settings: Settings) -> JSON:
         ),
         table(
             "MIG instances",
-            "Memory of each MIG GPU instance.",
+            "Each MIG device (GPU instance, compute instance) with its profile and memory.",
             [
-                Query(f"wattprobe_gpu_memory_used_bytes{mig}", instant=True, table=True),
-                Query(f"wattprobe_gpu_memory_total_bytes{mig}", instant=True, table=True),
+                Query(
+                    f"wattprobe_gpu_memory_used_bytes{mig} {MIG_PROFILE}{gpus}",
+                    instant=True,
+                    table=True,
+                ),
+                Query(
+                    f"wattprobe_gpu_memory_total_bytes{mig} {MIG_PROFILE}{gpus}",
+                    instant=True,
+                    table=True,
+                ),
             ],
             "bytes",
             width=8,
             rename={"Value #A": "Used", "Value #B": "Total"},
-            hide=("Time", "__name__", "job", "instance", "cluster"),
+            hide=("Time", "__name__", "job", "instance", "cluster", "mig_uuid"),
         ),
     )
     lay.row("Temperature and power")
@@ -661,14 +689,13 @@ def gpu_fleet(settings: Settings) -> JSON:
         ),
         timeseries(
             "XID errors",
-            "XID errors per GPU and code. Critical codes: "
-            + CRITICAL_XIDS.replace("|", ", ")
-            + ".",
+            "XID errors per GPU and code, each bar the events since the previous one. Critical "
+            "codes: " + CRITICAL_XIDS.replace("|", ", ") + ".",
             [
                 Query(
-                    "sum by (node, gpu, xid) (increase(wattprobe_gpu_xid_errors_total"
-                    + gpus
-                    + "[$__rate_interval]))",
+                    "sum by (node, gpu, xid) ("
+                    + xid_events(f"wattprobe_gpu_xid_errors_total{gpus}", "$__interval")
+                    + ")",
                     "{{node}} GPU {{gpu}} XID {{xid}}",
                 )
             ],

@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
+from exporter.config import ActivitySource as ActivityChoice
 from exporter.config import Config
 from exporter.gpu.check import check_nvml
 from exporter.readings import ABSENT, EnergyReading, SourceError
+from exporter.sources.ebpf import EbpfSource
+from exporter.sources.ebpf_load import FIXES as EBPF_FIXES
 from exporter.sources.estimate import CpuPowerModel
 from exporter.sources.hwmon import HwmonSource
 from exporter.sources.procfs import ProcfsSource
@@ -65,6 +68,42 @@ def _disabled(source: str, kind: str) -> CheckResult:
     )
 
 
+def _ebpf(config: Config) -> CheckResult:
+    """Load the probes for real (compile, attach, one read of the maps), then unload them."""
+    if config.activity_source is ActivityChoice.PROCFS:
+        return CheckResult(
+            "ebpf",
+            ACTIVITY,
+            False,
+            reason="disabled by --activity-source procfs",
+            fix="--activity-source auto (or ebpf) to use it",
+            disabled=True,
+        )
+    try:
+        source = EbpfSource.start(
+            config.procfs, config.cgroup_root, config.ebpf_kernel_headers, config.ebpf_gpu_ioctls
+        )
+        try:
+            tasks = source.tasks()
+        finally:
+            source.close()
+    except SourceError as exc:
+        return CheckResult(
+            "ebpf",
+            ACTIVITY,
+            False,
+            reason=f"{exc.reason}: {exc.detail}",
+            fix=EBPF_FIXES.get(exc.reason, ""),
+        )
+    info = source.info
+    return CheckResult(
+        "ebpf",
+        ACTIVITY,
+        True,
+        found=f"{len(tasks)} tasks seen; tracefs {info.tracefs}; {info.describe()}",
+    )
+
+
 def run_checks(config: Config) -> list[CheckResult]:
     results: list[CheckResult] = []
     procfs = ProcfsSource(config.procfs)
@@ -93,6 +132,7 @@ def run_checks(config: Config) -> list[CheckResult]:
                 fix=FIXES.get(("procfs", exc.reason), ""),
             )
         )
+    results.append(_ebpf(config))
     for name, factory in (("rapl", RaplSource), ("hwmon", HwmonSource)):
         if config.enabled(name):
             results.append(_power(name, factory(config.sysfs).read))
@@ -129,6 +169,10 @@ def run_checks(config: Config) -> list[CheckResult]:
         results.append(CheckResult("nvml", POWER, nvml.ok, nvml.found, nvml.reason, nvml.fix))
     else:
         results.append(_disabled("nvml", POWER))
+    # imported here: check_kube builds on CheckResult from this module
+    from exporter.check_kube import kube_checks  # noqa: PLC0415
+
+    results.extend(kube_checks(config))
     return results
 
 

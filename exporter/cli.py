@@ -20,11 +20,13 @@ import click
 
 from exporter import __version__
 from exporter.check import exit_status, run_checks
+from exporter.cli_kube import kube_options
 from exporter.config import (
     COLLECTOR_DEFAULTS,
     DEFAULT_PORT,
     ActivitySource,
     Config,
+    GpuIoctls,
     IdleAttribution,
     IdlePower,
     PodSource,
@@ -33,7 +35,10 @@ from exporter.config import (
 )
 from exporter.runtime import tune_for_serving
 from exporter.server import Health, make_server
-from exporter.wiring import build_monitor
+from exporter.web.config import WebConfigError
+from exporter.web.http import HttpLimits
+from exporter.web.live import LiveWebConfig
+from exporter.wiring import StartupError, build_monitor
 
 log = logging.getLogger("wattprobe")
 
@@ -71,6 +76,12 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _count(text: str) -> int:
+    if not text.strip().isascii() or not text.strip().isdigit():
+        raise ValueError(f"{text!r} is not a whole number")
+    return int(text)
+
+
 def _zone_list(text: str) -> tuple[str, ...]:
     return tuple(z.strip() for z in text.split(",") if z.strip())
 
@@ -105,6 +116,22 @@ def source_options(func: F) -> F:
             default="auto",
             type=click.Choice([a.value for a in ActivitySource]),
             help="what measures per-task CPU time: auto, ebpf or procfs",
+        ),
+        _option(
+            "--ebpf.kernel-headers",
+            "ebpf_kernel_headers",
+            default=None,
+            type=click.Path(path_type=Path),
+            help="kernel headers for the eBPF probes when the running kernel's are not "
+            "installed [default: a generic set under /usr/src]",
+        ),
+        _option(
+            "--ebpf.gpu-ioctls",
+            "ebpf_gpu_ioctls",
+            default="auto",
+            type=click.Choice([g.value for g in GpuIoctls]),
+            help="count GPU driver ioctls with eBPF (a syscall tracepoint: every syscall pays a "
+            "little): auto = when /dev has NVIDIA or DRM device nodes",
         ),
         _option(
             "--estimate.idle-watts",
@@ -146,9 +173,69 @@ def source_options(func: F) -> F:
     return func
 
 
+def web_options(func: F) -> F:
+    """--web.config.file and the HTTP server's limits (docs/security.md)."""
+    limits = HttpLimits()
+    opts = [
+        _option(
+            "--web.config.file",
+            "web_config_file",
+            default=None,
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="TLS and basic auth config in the exporter-toolkit format",
+        ),
+        _option(
+            "--web.max-connections",
+            "web_max_connections",
+            default=str(limits.max_connections),
+            callback=_converter(_count),
+            help="open connections served at once; more are refused with 503",
+        ),
+        _option(
+            "--web.max-requests",
+            "web_max_requests",
+            default=str(limits.max_requests),
+            callback=_converter(_count),
+            help="scrapes in flight at once; more get 503 (0: no limit)",
+        ),
+        _option(
+            "--web.read-header-timeout",
+            "web_header_timeout_s",
+            default=f"{limits.header_timeout_s:g}s",
+            callback=_converter(parse_duration),
+            help="time a client has to send a request's headers (and do its TLS handshake)",
+        ),
+        _option(
+            "--web.idle-timeout",
+            "web_idle_timeout_s",
+            default=f"{limits.idle_timeout_s:g}s",
+            callback=_converter(parse_duration),
+            help="how long an idle keep-alive connection stays open",
+        ),
+        _option(
+            "--web.write-timeout",
+            "web_write_timeout_s",
+            default=f"{limits.write_timeout_s:g}s",
+            callback=_converter(parse_duration),
+            help="time a client has to take a response",
+        ),
+        _option(
+            "--web.max-header-bytes",
+            "web_max_header_bytes",
+            default=str(limits.max_header_bytes),
+            callback=_converter(_count),
+            help="largest request head (request line and headers) accepted",
+        ),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
 def _config(**kw: Any) -> Config:
     collectors = frozenset(n for n in COLLECTOR_DEFAULTS if kw.pop(f"collector_{n}"))
     kw["activity_source"] = ActivitySource(kw["activity_source"])
+    kw["ebpf_gpu_ioctls"] = GpuIoctls(kw["ebpf_gpu_ioctls"])
     for key in ("attribution_idle", "pod_source"):
         if key in kw:
             kw[key] = {"attribution_idle": IdleAttribution, "pod_source": PodSource}[key](kw[key])
@@ -215,14 +302,8 @@ def cli() -> None:
     callback=_converter(parse_duration),
     help="how long series of terminated containers and processes stay",
 )
-@_option(
-    "--kube.pod-source",
-    "pod_source",
-    default="auto",
-    type=click.Choice([p.value for p in PodSource]),
-    help="where pod names come from: auto, none, kubelet, apiserver",
-)
-@_option("--kube.node-name", "node_name", default="", help="this node's name [default: $NODE_NAME]")
+@kube_options
+@web_options
 @source_options
 def serve(**kw: Any) -> None:
     """Serve /metrics for Prometheus."""
@@ -230,13 +311,39 @@ def serve(**kw: Any) -> None:
         kw.pop("node_name")
     if not kw["telemetry_path"].startswith("/"):
         raise click.BadParameter("must start with '/'", param_hint="'--web.telemetry-path'")
+    web = _load_web_config(kw["web_config_file"])
+    kw["http_limits"] = _http_limits(kw)
     config = _config(**kw)
     _setup_logging(config.log_level)
-    run_server(config)
+    run_server(config, web)
 
 
-def run_server(config: Config) -> None:
-    monitor = build_monitor(config)
+def _load_web_config(path: Path | None) -> LiveWebConfig | None:
+    """Validate --web.config.file at start-up: a bad file is one line naming the flag."""
+    if path is None:
+        return None
+    try:
+        return LiveWebConfig.load(path)
+    except WebConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--web.config.file'") from None
+
+
+def _http_limits(kw: dict[str, Any]) -> HttpLimits:
+    return HttpLimits(
+        max_connections=kw.pop("web_max_connections"),
+        max_requests=kw.pop("web_max_requests"),
+        header_timeout_s=kw.pop("web_header_timeout_s"),
+        idle_timeout_s=kw.pop("web_idle_timeout_s"),
+        write_timeout_s=kw.pop("web_write_timeout_s"),
+        max_header_bytes=kw.pop("web_max_header_bytes"),
+    )
+
+
+def run_server(config: Config, web: LiveWebConfig | None = None) -> None:
+    try:
+        monitor = build_monitor(config)
+    except StartupError as exc:
+        raise click.ClickException(str(exc)) from None
     tune_for_serving()
     stop = threading.Event()
     last_step = [time.monotonic()]
@@ -258,7 +365,10 @@ def run_server(config: Config) -> None:
         lambda: monitor.snapshot,
         health,
         config.telemetry_path,
+        limits=config.http_limits,
+        web=web,
     )
+    _log_web_security(web)
     host, port = server.server_address[:2]
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -266,8 +376,9 @@ def run_server(config: Config) -> None:
     server_thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     server_thread.start()
     log.info(
-        "wattprobe %s serving http://%s:%s%s every %gs",
+        "wattprobe %s serving %s://%s:%s%s every %gs",
         __version__,
+        server.scheme,
         host or "0.0.0.0",  # noqa: S104 (only a log line)
         port,
         config.telemetry_path,
@@ -281,8 +392,23 @@ def run_server(config: Config) -> None:
     monitor.close()
 
 
+def _log_web_security(web: LiveWebConfig | None) -> None:
+    state = web.current() if web is not None else None
+    if state is None or isinstance(state, WebConfigError):
+        return
+    log.info(
+        "TLS %s, basic auth %s (%s)",
+        "on" if state.context is not None else "off",
+        "on" if state.auth.enabled else "off",
+        web.path if web is not None else "",
+    )
+    if state.auth.enabled and state.context is None:
+        log.warning("basic auth without TLS: passwords cross the network in clear text")
+
+
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+@kube_options
 @source_options
 def check(as_json: bool, **kw: Any) -> None:
     """Check every source on this machine; exit 0 when power and activity can be measured."""

@@ -7,6 +7,7 @@ immutable Snapshot, so all series of a scrape come from the same instant.
 from __future__ import annotations
 
 import platform
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client.core import Metric
@@ -46,6 +47,8 @@ class SnapshotCollector(Collector):
         yield from self._node_metrics(snap)
         yield from self._workload_metrics(snap)
         yield from gpu_families(snap)
+        yield from self._ebpf_metrics(snap)
+        yield from self._kube_metrics(snap)
 
     def _self_metrics(self, snap: Snapshot) -> Iterator[Metric]:
         info = _family("build_info")
@@ -113,3 +116,55 @@ class SnapshotCollector(Collector):
                 }
                 _energy_samples(process, pr.energy, labels)
             yield process
+
+    def _ebpf_metrics(self, snap: Snapshot) -> Iterator[Metric]:
+        if not snap.ebpf_maps:
+            return
+        entries = _family("ebpf_map_entries")
+        capacity = _family("ebpf_map_max_entries")
+        evictions = _family("ebpf_map_evictions")
+        failures = _family("ebpf_map_insert_failures")
+        for m in snap.ebpf_maps:
+            labels = {"map": m.map}
+            _add(entries, labels, m.entries)
+            _add(capacity, labels, m.max_entries)
+            _add(evictions, labels, m.evictions)
+            _add(failures, labels, m.insert_failures)
+        yield entries
+        yield capacity
+        yield evictions
+        yield failures
+
+    def _kube_metrics(self, snap: Snapshot) -> Iterator[Metric]:
+        if snap.pod_info:
+            info = _family("pod_info")
+            for p in snap.pod_info:
+                labels = {"namespace": p.namespace, "pod": p.pod, "pod_uid": p.pod_uid}
+                for key, value in p.labels:
+                    labels.setdefault(pod_label_name(key), value)
+                _add(info, labels, 1)
+            yield info
+        if snap.gpu_allocations:
+            alloc = _family("gpu_allocation_info")
+            for a in snap.gpu_allocations:
+                labels = {"gpu": a.gpu, "namespace": a.namespace, "pod": a.pod}
+                labels["container"] = a.container
+                # unknown parts are left out, not empty: a MIG device's parent needs NVML
+                parts = (
+                    ("uuid", a.uuid),
+                    ("gpu_instance", a.gpu_instance),
+                    ("mig_device", a.mig_device),
+                )
+                for key, value in parts:
+                    if value:
+                        labels[key] = value
+                _add(alloc, labels, 1)
+            yield alloc
+
+
+_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def pod_label_name(key: str) -> str:
+    """A Kubernetes label key as a Prometheus label name, the way kube-state-metrics writes it."""
+    return "label_" + _LABEL_CHARS.sub("_", key)

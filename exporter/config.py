@@ -9,13 +9,25 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from exporter.web.http import HttpLimits
+
 DEFAULT_PORT = 28390
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+PODRESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 
 
 class ActivitySource(StrEnum):
     AUTO = "auto"
     EBPF = "ebpf"
     PROCFS = "procfs"
+
+
+class GpuIoctls(StrEnum):
+    """Whether the eBPF source counts GPU ioctls: its syscall tracepoint costs every syscall."""
+
+    AUTO = "auto"  # when the node has NVIDIA or DRM device nodes
+    ON = "on"
+    OFF = "off"
 
 
 class PodSource(StrEnum):
@@ -112,7 +124,7 @@ def parse_duration(text: str) -> float:
 def parse_listen_address(text: str) -> tuple[str, int]:
     """':28390', '127.0.0.1:9000', '[::1]:9000' -> (host, port); an empty host means all."""
     host, sep, port_text = text.rpartition(":")
-    if not sep or not port_text.isdigit():
+    if not sep or not port_text.isascii() or not port_text.isdigit():  # "٣".isdigit() is True
         raise ValueError(f"{text!r} is not HOST:PORT (e.g. :{DEFAULT_PORT})")
     port = int(port_text)
     if port > 65535:
@@ -145,6 +157,20 @@ class Config:
     pod_source: PodSource = PodSource.AUTO
     node_name: str = field(default_factory=lambda: os.environ.get("NODE_NAME", ""))
     log_level: str = "info"
+    ebpf_kernel_headers: Path | None = None  # None: the running kernel's, else a generic set
+    ebpf_gpu_ioctls: GpuIoctls = GpuIoctls.AUTO
+    http_limits: HttpLimits = field(default_factory=HttpLimits)
+    # Kubernetes identity (docs/kubernetes.md); "" URLs are derived from the environment
+    kubelet_url: str = ""
+    apiserver_url: str = ""
+    kube_token_file: Path = SERVICE_ACCOUNT_DIR / "token"
+    kube_ca_file: Path = SERVICE_ACCOUNT_DIR / "ca.crt"
+    kube_insecure_skip_tls_verify: bool = False
+    kube_timeout_s: float = 10.0
+    kube_poll_interval_s: float = 10.0
+    kube_metadata_ttl_s: float = 3600.0
+    kube_pod_labels: tuple[str, ...] = ()  # wattprobe_pod_info allow-list; empty: no such metric
+    podresources_socket: Path | None = PODRESOURCES_SOCKET  # None: PodResources off
 
     @property
     def cgroup_root(self) -> Path:

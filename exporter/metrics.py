@@ -13,6 +13,7 @@ PREFIX = "wattprobe_"
 WORKLOAD_LABELS = ("container_id", "container", "pod", "namespace", "pod_uid")
 GPU_LABELS = ("gpu", "uuid")
 MIG_LABELS = ("gpu_instance", "compute_instance")
+POD_LABEL = "label_KEY"  # stands for the allow-listed pod labels on wattprobe_pod_info
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,35 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Energy attributed to a process (opt-in: --collector.process).",
         ("zone", "mode", "pid", "comm", "container_id", "container"),
         ("gpu",),
+    ),
+    # -- eBPF activity source --------------------------------------------------------------
+    MetricSpec(
+        "ebpf_map_entries",
+        "gauge",
+        "Entries in a bounded eBPF map at the last read (tasks: processes; exited: per-cgroup "
+        "totals of exited processes).",
+        ("map",),
+        section="eBPF",
+    ),
+    MetricSpec(
+        "ebpf_map_max_entries", "gauge", "Capacity of a bounded eBPF map.", ("map",), section="eBPF"
+    ),
+    MetricSpec(
+        "ebpf_map_evictions",
+        "counter",
+        "Entries an eBPF LRU map evicted to make room (inserts - deletes - entries: a lower "
+        "bound). tasks: a process's work since the last read is lost; exited: a cgroup's exited "
+        "total restarts.",
+        ("map",),
+        section="eBPF",
+    ),
+    MetricSpec(
+        "ebpf_map_insert_failures",
+        "counter",
+        "Events that found no room in an eBPF map (tasks: counted in the cgroup's exited total "
+        "instead; exited: lost).",
+        ("map",),
+        section="eBPF",
     ),
     # -- GPUs (exporter/gpu/collect.py) ----------------------------------------------------
     MetricSpec(
@@ -230,6 +260,31 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         section="GPUs",
     ),
 )
+
+# Kubernetes identity (docs/kubernetes.md): names fill WORKLOAD_LABELS on the series above.
+KUBE_CATALOGUE: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "pod_info",
+        "gauge",
+        "A pod's identity and its labels allow-listed by --kube.pod-labels (as label_KEY, "
+        "characters outside [a-zA-Z0-9_] as _), value 1. One series per known pod; only with "
+        "--kube.pod-labels.",
+        ("namespace", "pod", "pod_uid"),
+        (POD_LABEL,),
+        section="Kubernetes",
+    ),
+    MetricSpec(
+        "gpu_allocation_info",
+        "gauge",
+        "The container holds this GPU, a time-slice of it or a MIG device on it, per the "
+        "kubelet's PodResources API, value 1. gpu, uuid and gpu_instance are left out while NVML "
+        "does not know them; mig_device is the MIG device as the device plugin names it.",
+        ("namespace", "pod", "container"),
+        ("gpu", "uuid", "gpu_instance", "mig_device"),
+        section="Kubernetes",
+    ),
+)
+CATALOGUE = CATALOGUE + KUBE_CATALOGUE
 
 BY_NAME = {spec.name: spec for spec in CATALOGUE}
 

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 from exporter.attribution import (
     ACTIVE,
@@ -28,6 +28,7 @@ from exporter.ledger import CounterTable, add_into
 from exporter.readings import (
     CpuTimes,
     EnergyReading,
+    MapStats,
     SourceError,
     SourceStatus,
     TaskKey,
@@ -37,8 +38,10 @@ from exporter.snapshot import (
     EMPTY_SNAPSHOT,
     ContainerCounters,
     Energy,
+    GpuAllocation,
     NodeZoneEnergy,
     PodCounters,
+    PodInfo,
     ProcessCounters,
     Snapshot,
 )
@@ -74,6 +77,13 @@ class ActivitySource(Protocol):
     def tasks(self) -> Sequence[TaskSample]: ...
 
 
+@runtime_checkable
+class ReportsMapStats(Protocol):
+    """An activity source with bounded kernel maps (eBPF) reports their fill and evictions."""
+
+    def map_stats(self) -> Sequence[MapStats]: ...
+
+
 class WorkloadNames(Protocol):
     """Kubernetes names for containers and pods; empty strings where unknown."""
 
@@ -84,6 +94,10 @@ class WorkloadNames(Protocol):
     def pod(self, pod_uid: str) -> tuple[str, str]:
         """(namespace, pod)"""
         ...
+
+
+# A source that runs on its own thread (pod metadata, PodResources): each step asks it how it is.
+StatusProvider = Callable[[], Sequence[SourceStatus]]
 
 
 class NoNames:
@@ -132,6 +146,10 @@ class Monitor:
         wall_clock: Callable[[], float] = time.time,
         gpus: GpuSource | None = None,
         gpu_holders: GpuHolders | None = None,
+        startup_statuses: Sequence[SourceStatus] = (),
+        status_providers: Sequence[StatusProvider] = (),
+        pod_info: Callable[[], Sequence[PodInfo]] | None = None,
+        gpu_allocations: Callable[[], Sequence[GpuAllocation]] | None = None,
     ) -> None:
         self._cpu = cpu
         self._activity = activity
@@ -141,6 +159,11 @@ class Monitor:
         self._names = names or NoNames()
         self._clock = clock
         self._wall_clock = wall_clock
+        # sources that failed at start-up (e.g. eBPF in auto mode): shown in every snapshot
+        self._startup_statuses = tuple(startup_statuses)
+        self._status_providers = list(status_providers)
+        self._pod_info = pod_info
+        self._gpu_allocations = gpu_allocations
 
         self._prev: _Previous | None = None
         self._baselines: dict[ZoneId, IdleBaseline] = {}
@@ -179,6 +202,7 @@ class Monitor:
         tasks = self._read(self._activity.name, self._activity.tasks, statuses)
         if self._activity.name == "procfs" and len(statuses) == 2:
             statuses = _merge_statuses(statuses[0], statuses[1])
+        statuses.extend(self._startup_statuses)
         readings: list[tuple[EnergyReading, float]] = []
         for source in self._power_sources:
             got = self._read(source.name, source.read, statuses)
@@ -188,6 +212,8 @@ class Monitor:
             self._measured_seen = True
         gpu_reading = self._read(self._gpus.name, self._gpus.read, statuses) if self._gpus else None
         gpu_stamp = self._clock()
+        for provider in self._status_providers:
+            statuses.extend(_provided(provider, ()))
 
         prev = self._prev
         dt = now - prev.time if prev else 0.0
@@ -519,6 +545,7 @@ class Monitor:
                     energy=_energy_items(energy),
                 )
             )
+        maps = self._activity.map_stats() if isinstance(self._activity, ReportsMapStats) else ()
         return Snapshot(
             sequence=self._sequence,
             timestamp=self._wall_clock(),
@@ -534,6 +561,11 @@ class Monitor:
             attributed_zones=attributed,
             gpus=self._gpu.counters(),
             gpu_container_memory=self._gpu.container_memory(self._names.container),
+            ebpf_maps=tuple(maps),
+            pod_info=tuple(_provided(self._pod_info, ())) if self._pod_info else (),
+            gpu_allocations=(
+                tuple(_provided(self._gpu_allocations, ())) if self._gpu_allocations else ()
+            ),
         )
 
     def close(self) -> None:
@@ -606,6 +638,15 @@ def _energy_between(
 
 def _energy_items(totals: Mapping[EnergyKey, float]) -> tuple[Energy, ...]:
     return tuple(Energy(z, g, m, j) for (z, g, m), j in sorted(totals.items()))
+
+
+def _provided(fn: Callable[[], Sequence[T]], default: Sequence[T]) -> Sequence[T]:
+    """What a background source's accessor returns; its failure must not fail the interval."""
+    try:
+        return fn()
+    except Exception:
+        log.exception("background source accessor %r failed", fn)
+        return default
 
 
 def _since(start: float) -> float:

@@ -66,6 +66,17 @@ class SourceStatus:
 ABSENT = "absent"
 
 
+@dataclass(frozen=True, slots=True)
+class MapStats:
+    """Fill level and losses of one bounded eBPF map (cumulative counts since load)."""
+
+    map: str
+    entries: int
+    max_entries: int
+    evictions: int  # entries the kernel's LRU dropped to make room
+    insert_failures: int  # events that found no room in this map
+
+
 class SourceError(Exception):
     """A source could not produce a reading."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.gpu.snapshot import ContainerGpuMemory, GpuCounters
-from exporter.readings import SourceStatus, TaskKey
+from exporter.readings import MapStats, SourceStatus, TaskKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +64,29 @@ class ProcessCounters:
     energy: tuple[Energy, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """One wattprobe_pod_info series: a pod's identity and its allow-listed Kubernetes labels."""
+
+    pod_uid: str
+    pod: str
+    namespace: str
+    labels: tuple[tuple[str, str], ...]  # (Kubernetes label key, value), allow-listed only
+
+
+@dataclass(frozen=True, slots=True)
+class GpuAllocation:
+    """One wattprobe_gpu_allocation_info series: a container holds (a share of) a GPU."""
+
+    gpu: str  # NVML index; "" while unknown
+    uuid: str  # physical GPU UUID; "" while unknown (a MIG device whose parent is not known yet)
+    gpu_instance: str  # MIG GPU instance id (as on NVML's MIG series), else ""
+    mig_device: str  # the MIG device as the device plugin names it, else ""
+    namespace: str
+    pod: str
+    container: str
+
+
 @dataclass(frozen=True)
 class Snapshot:
     sequence: int
@@ -80,6 +103,9 @@ class Snapshot:
     attributed_zones: tuple[str, ...]  # node zones whose energy is split among workloads
     gpus: tuple[GpuCounters, ...] = ()
     gpu_container_memory: tuple[ContainerGpuMemory, ...] = ()
+    ebpf_maps: tuple[MapStats, ...] = ()  # fill and evictions of the eBPF maps, when in use
+    pod_info: tuple[PodInfo, ...] = ()  # only with --kube.pod-labels
+    gpu_allocations: tuple[GpuAllocation, ...] = ()  # from the kubelet's PodResources API
 
 
 EMPTY_SNAPSHOT = Snapshot(

@@ -8,13 +8,24 @@ from functools import partial
 from exporter.config import ActivitySource as ActivityChoice
 from exporter.config import Config
 from exporter.monitor import ActivitySource, Monitor, MonitorSettings, PowerSource
+from exporter.readings import SourceError, SourceStatus
+from exporter.sources.ebpf import NAME as EBPF
+from exporter.sources.ebpf import EbpfSource
+from exporter.sources.ebpf_load import FIXES as EBPF_FIXES
+from exporter.sources.ebpf_load import LOAD_FAILED
 from exporter.sources.estimate import CpuPowerModel
 from exporter.sources.hwmon import HwmonSource
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.procfs import ProcfsSource
 from exporter.sources.rapl import RaplSource
+from exporter.workloads.gpus import NvmlDirectory
+from exporter.workloads.kube import KubeWorkloads
 
 log = logging.getLogger(__name__)
+
+
+class StartupError(Exception):
+    """A source the configuration insists on cannot start: the exporter exits with this line."""
 
 
 def power_sources(config: Config) -> list[PowerSource]:
@@ -26,10 +37,42 @@ def power_sources(config: Config) -> list[PowerSource]:
     return sources
 
 
-def activity_source(config: Config, procfs: ProcfsSource) -> ActivitySource:
+def activity_source(
+    config: Config, procfs: ProcfsSource
+) -> tuple[ActivitySource, tuple[SourceStatus, ...]]:
+    """The activity source, and eBPF's start-up failure when auto fell back to procfs.
+
+    /proc/stat (node busy/idle) comes from procfs whichever source measures tasks.
+    """
+    if config.activity_source is ActivityChoice.PROCFS:
+        return procfs, ()
+    try:
+        return (
+            EbpfSource.start(
+                config.procfs,
+                config.cgroup_root,
+                config.ebpf_kernel_headers,
+                config.ebpf_gpu_ioctls,
+            ),
+            (),
+        )
+    except Exception as exc:
+        error = exc if isinstance(exc, SourceError) else SourceError(LOAD_FAILED, repr(exc))
+        if not isinstance(exc, SourceError):
+            log.debug("eBPF load failed unexpectedly", exc_info=True)
+    fix = EBPF_FIXES.get(error.reason, "")
     if config.activity_source is ActivityChoice.EBPF:
-        raise NotImplementedError("the eBPF activity source is not built yet")
-    return procfs
+        raise StartupError(
+            f"--activity-source ebpf: {error.reason}: {error.detail}"
+            + (f"; fix: {fix}" if fix else "")
+        )
+    log.warning(
+        "eBPF activity source unavailable (%s: %s); using procfs. Fix: %s",
+        error.reason,
+        error.detail,
+        fix or "see `wattprobe check`",
+    )
+    return procfs, (SourceStatus(EBPF, False, error.reason, error.detail),)
 
 
 def build_monitor(config: Config) -> Monitor:
@@ -39,9 +82,13 @@ def build_monitor(config: Config) -> Monitor:
         model = partial(
             CpuPowerModel.for_cpus, idle_w=config.estimate_idle_w, max_w=config.estimate_max_w
         )
-    return Monitor(
+    activity, startup_statuses = activity_source(config, procfs)
+    # pod names and GPU holders: background threads, started here, daemon (die with the process)
+    kube = KubeWorkloads.from_config(config)
+    kube.start()
+    monitor = Monitor(
         cpu=procfs,
-        activity=activity_source(config, procfs),
+        activity=activity,
         power_sources=power_sources(config),
         cpu_model=model,
         settings=MonitorSettings(
@@ -52,4 +99,13 @@ def build_monitor(config: Config) -> Monitor:
             retention_s=config.retention_s,
         ),
         gpus=NvmlSource(config.procfs) if config.enabled("nvml") else None,
+        startup_statuses=startup_statuses,
+        gpu_holders=kube.gpu_holders,
+        names=kube.names,
+        status_providers=[kube.statuses],
+        pod_info=kube.pod_info,
+        gpu_allocations=kube.gpu_allocations,
     )
+    # PodResources names GPUs by UUID, index or minor number: NVML's view ties them together
+    kube.set_gpu_directory(NvmlDirectory(config.procfs, lambda: monitor.snapshot.gpus))
+    return monitor

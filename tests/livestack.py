@@ -1,16 +1,21 @@
 """A small live fleet for the liveness tests: real exporters, Prometheus and Alertmanager.
 
-Three `wattprobe serve` processes on copies of the fixture trees, each a "node":
-- measured:   RAPL and hwmon counters advancing (the normal case);
+Four `wattprobe serve` processes on copies of the fixture trees, each a "node":
+- measured:   RAPL and hwmon counters advancing (the normal case), no GPU (nvml "absent");
+- gpu:        the same plus 8 fake H100s through the real pynvml and the fake
+              libnvidia-ml.so.1, GPU processes of kubepods containers in its /proc, some GPUs
+              hot or busy, and during the run an XID 13, an XID 79 and a lost GPU
+              (tests/livegpus.py);
 - sensorless: no powercap and no hwmon at all, so power is estimated and the rapl/hwmon
-              sources report reason="absent";
+              sources report reason="absent"; one fake A100 in MIG mode, one instance full;
 - broken:     RAPL counters hold garbage (source rapl down, reason "unparsable value"),
-              hwmon still measures.
-A fourth target, "gone", is a port nobody listens on (up == 0).
+              hwmon still measures; no GPU.
+A fifth target, "gone", is a port nobody listens on (up == 0).
 
-A background thread advances the counters and CPU times, so every rate is non-zero and energy
-is attributed to containers. Prometheus scrapes the exporters every second with wattprobe's
-rules loaded and sends its alerts to Alertmanager, which posts them to a webhook receiver.
+A background thread advances the counters, CPU times and GPU energy, so every rate is non-zero
+and energy is attributed to containers. Prometheus scrapes the exporters every second with
+wattprobe's rules loaded and sends its alerts to Alertmanager, which posts them to a webhook
+receiver.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import yaml
 
 from alerts.generate import DEFAULT_JOB, RULES_FILE
 from tests.fixturehost import FixtureHost, write_atomic
+from tests.livegpus import FakeGpus, build_library, h100_node, inject_faults, mig_node
 from tests.monitoringstack import (
     Daemon,
     PrometheusAPI,
@@ -34,7 +40,7 @@ from tests.monitoringstack import (
     start_alertmanager,
     start_prometheus,
 )
-from tests.running import ExporterProcess, free_port, start_exporter
+from tests.running import ExporterProcess, free_port, select, start_exporter
 
 log = logging.getLogger(__name__)
 
@@ -59,26 +65,41 @@ HWMON_ENERGY = ("hwmon3", "energy1_input", 3.0)  # i915 energy counter, watts
 BUSY_PIDS = (1001, 1101, 1201, 1301, 2001, 2101, 3001, 800, 15)
 TICKS_PER_PID = 2
 
-# Flags every live exporter gets. A fixed idle baseline (2 W per zone) keeps the active part of
-# every zone above zero from the first interval, so workloads get energy at once.
-# When the NVML and Kubernetes branches land, their fake NVML scenario and fake kubelet flags
-# belong here (see exporter_args).
-COMMON_ARGS = ("--interval", "1s", "--power.idle", "2")
+# Flags every live exporter gets. A fixed idle baseline (2 W per zone, GPUs included) keeps the
+# active part of every zone above zero from the first interval, so workloads get energy at once.
+# Fixture nodes measure activity from their fixture /proc (eBPF would see the real kernel).
+# When the Kubernetes branch lands, its fake kubelet flags belong here (see exporter_args).
+COMMON_ARGS = ("--interval", "1s", "--power.idle", "2", "--activity-source", "procfs")
 
 
 def exporter_args(host: FixtureHost) -> list[str]:
     return [*host.args(), *COMMON_ARGS]
 
 
+# Prometheus scrapes the GPU node for this long before its XIDs and lost GPU happen, so it has
+# the healthy GPUs first (its first scrape comes a few seconds after it is ready: the scrape
+# manager applies new targets every 5 s).
+HEALTHY_FIRST_S = 3.0
+
+
 @dataclass
 class Node:
     name: str
     host: FixtureHost
+    rapl: bool = False  # advance its RAPL counters
+    gpus: FakeGpus | None = None  # runs with the fake NVML on this scenario
     exporter: ExporterProcess | None = None
 
+    def env(self) -> dict[str, str]:
+        return self.gpus.env() if self.gpus else {}
 
-def _measured(root: Path) -> FixtureHost:
-    return FixtureHost.copy_of(FIXTURES, root / "measured")
+    def busy_pids(self) -> tuple[int, ...]:
+        """Processes that use CPU: BUSY_PIDS and the GPU pods' processes."""
+        return BUSY_PIDS + tuple(p.pid for p in (self.gpus.pods if self.gpus else ()))
+
+
+def _measured(root: Path, name: str = "measured") -> FixtureHost:
+    return FixtureHost.copy_of(FIXTURES, root / name)
 
 
 def _sensorless(root: Path) -> FixtureHost:
@@ -96,27 +117,31 @@ def _broken(root: Path) -> FixtureHost:
 
 
 class Advancer(threading.Thread):
-    """Moves energy counters and CPU times forward every TICK_S until stopped."""
+    """Moves energy counters, CPU times and GPU energy forward every TICK_S until stopped."""
 
-    def __init__(self, measured: FixtureHost, others: list[FixtureHost]) -> None:
+    def __init__(self, nodes: list[Node]) -> None:
         super().__init__(name="advance-counters", daemon=True)
-        self.measured = measured
-        self.hosts = [measured, *others]
-        self.with_hwmon = [h for h in self.hosts if (h.sysfs / "class" / "hwmon").exists()]
+        self.nodes = nodes
+        self.with_hwmon = [n.host for n in nodes if (n.host.sysfs / "class" / "hwmon").exists()]
         self.stopping = threading.Event()
         self.error: BaseException | None = None
 
     def tick(self) -> None:
-        for device, watts in RAPL_WATTS.items():
-            self.measured.add_energy_j(device, watts * TICK_S)
+        for node in self.nodes:
+            if node.rapl:
+                for device, watts in RAPL_WATTS.items():
+                    node.host.add_energy_j(device, watts * TICK_S)
+            if node.gpus:
+                node.gpus.advance()
         hwmon, name, watts = HWMON_ENERGY
         for host in self.with_hwmon:
             host.add_hwmon_energy_j(hwmon, name, watts * TICK_S)
-        busy = len(BUSY_PIDS) * TICKS_PER_PID
-        for host in self.hosts:
-            for pid in BUSY_PIDS:
-                host.add_process_ticks(pid, TICKS_PER_PID)
-            host.add_cpu_ticks(busy=busy, idle=int(NCPU * CLK_TCK * TICK_S) - busy)
+        for node in self.nodes:
+            pids = node.busy_pids()
+            for pid in pids:
+                node.host.add_process_ticks(pid, TICKS_PER_PID)
+            busy = len(pids) * TICKS_PER_PID
+            node.host.add_cpu_ticks(busy=busy, idle=int(NCPU * CLK_TCK * TICK_S) - busy)
 
     def run(self) -> None:
         try:
@@ -199,7 +224,11 @@ class LiveStack:
     alertmanager: Daemon
     prometheus: Daemon
     started: float  # unix time Prometheus began scraping
+    faults_at: float = 0.0  # unix time the GPU node's XIDs and lost GPU happened
     timings: dict[str, float] = field(default_factory=dict)
+
+    def node(self, name: str) -> Node:
+        return next(n for n in self.nodes if n.name == name)
 
     @property
     def api(self) -> PrometheusAPI:
@@ -230,22 +259,47 @@ class LiveStack:
                 log.exception("stopping the live stack")
 
 
+def _wait_for_xid_watch(exporter: ExporterProcess, timeout: float = 30.0) -> None:
+    """NVML only reports XIDs raised after registration: wait until the watcher runs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        up = select(exporter.samples(), "wattprobe_source_up", source="nvml_xid")
+        if list(up.values()) == [1.0]:
+            return
+        exporter.wait_next_interval()
+    raise AssertionError(f"XID watcher not up within {timeout}s:\n{exporter.log()}")
+
+
+def _wait_for_series(api: PrometheusAPI, expr: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not api.query(expr):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"Prometheus has no {expr} after {timeout}s")
+        time.sleep(SCRAPE_INTERVAL_S / 4)
+
+
 def start_live_stack(
-    workdir: Path, prometheus_bin: str, alertmanager_bin: str, collect_s: float
+    workdir: Path, prometheus_bin: str, alertmanager_bin: str, gcc: str, collect_s: float
 ) -> LiveStack:
     """Start everything, then let Prometheus collect for collect_s seconds."""
     t0 = time.monotonic()
+    library = build_library(workdir, gcc)
+    gpu_host = _measured(workdir, "gpu")
+    sensorless_host = _sensorless(workdir)
     nodes = [
-        Node("measured", _measured(workdir)),
-        Node("sensorless", _sensorless(workdir)),
+        Node("measured", _measured(workdir), rapl=True),
+        Node("gpu", gpu_host, rapl=True, gpus=h100_node(gpu_host, library)),
+        Node("sensorless", sensorless_host, gpus=mig_node(sensorless_host, library)),
         Node("broken", _broken(workdir)),
     ]
-    advancer = Advancer(nodes[0].host, [n.host for n in nodes[1:]])
+    advancer = Advancer(nodes)
     advancer.start()
     started: list[Any] = []
     try:
         for node in nodes:
-            node.exporter = start_exporter(exporter_args(node.host), log_dir=workdir)
+            node.exporter = start_exporter(
+                exporter_args(node.host), log_dir=workdir, env=node.env()
+            )
         webhook = WebhookReceiver.start()
         started.append(webhook)
         am_config = workdir / "alertmanager.yml"
@@ -275,9 +329,23 @@ def start_live_stack(
     stack = LiveStack(
         workdir, nodes, advancer, webhook, alertmanager, prometheus, started=time.time()
     )
-    stack.timings["start_s"] = time.monotonic() - t0
-    stack.timings["prometheus_start_s"] = time.monotonic() - t_ready
-    time.sleep(collect_s)
-    stack.timings["collect_s"] = collect_s
+    t_scraping = time.monotonic()
+    stack.timings["start_s"] = t_scraping - t0
+    stack.timings["prometheus_start_s"] = t_scraping - t_ready
+    try:
+        gpu = stack.node("gpu")
+        assert gpu.exporter and gpu.gpus
+        _wait_for_xid_watch(gpu.exporter)
+        _wait_for_series(stack.api, 'wattprobe_gpu_lost{node="gpu"}')
+        stack.timings["first_gpu_scrape_s"] = time.monotonic() - t_scraping
+        time.sleep(HEALTHY_FIRST_S)
+        inject_faults(gpu.gpus)
+        stack.faults_at = time.time()
+        stack.timings["faults_after_s"] = time.monotonic() - t_scraping
+        time.sleep(max(0.0, collect_s - (time.monotonic() - t_scraping)))
+    except BaseException:
+        stack.stop()
+        raise
+    stack.timings["collect_s"] = time.monotonic() - t_scraping
     log.info("live stack: %s", {k: round(v, 2) for k, v in stack.timings.items()})
     return stack

@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from tests.running import free_port
+from tests.running import free_port, stop_process
 
 JSONValue = Any
 
@@ -59,13 +59,7 @@ class Daemon:
         raise AssertionError(f"{self.name} not ready after {timeout}s:\n{self.log()}")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        stop_process(self.proc)
 
 
 def _start(name: str, argv: list[str], port: int, log_dir: Path) -> Daemon:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,14 +49,21 @@ class ExporterProcess:
     proc: subprocess.Popen[bytes]
     port: int
     log_path: Path
+    scheme: str = "http"
+    ssl_context: ssl.SSLContext | None = None  # for https: how the client verifies the server
+    auth: tuple[str, str] | None = None  # basic auth (user, password) sent with every get
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def get(self, path: str = "/metrics", timeout: float = 5.0) -> tuple[int, str]:
+        request = urllib.request.Request(self.url + path)
+        if self.auth is not None:
+            token = base64.b64encode(f"{self.auth[0]}:{self.auth[1]}".encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
         try:
-            with urllib.request.urlopen(self.url + path, timeout=timeout) as resp:
+            with urllib.request.urlopen(request, timeout=timeout, context=self.ssl_context) as resp:
                 return resp.status, resp.read().decode()
         except urllib.error.HTTPError as err:
             return err.code, err.read().decode()
@@ -94,13 +104,18 @@ class ExporterProcess:
         raise AssertionError(f"no new interval within {timeout}s:\n{self.log()}")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within the timeout."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
 
 
 def _interval_count(body: str) -> float:
@@ -111,14 +126,24 @@ def _interval_count(body: str) -> float:
 
 
 def start_exporter(
-    args: list[str], log_dir: Path, env: dict[str, str] | None = None, wait: str = "/healthz"
+    args: list[str],
+    log_dir: Path,
+    env: dict[str, str] | None = None,
+    wait: str = "/healthz",
+    *,
+    scheme: str = "http",
+    ssl_context: ssl.SSLContext | None = None,
+    auth: tuple[str, str] | None = None,
+    prefix: Sequence[str] = (),
 ) -> ExporterProcess:
+    """prefix: argv the exporter runs under (e.g. setpriv or capsh dropping privileges)."""
     port = free_port()
     log_path = log_dir / f"exporter-{port}.log"
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [
+                *prefix,
                 sys.executable,
                 "-m",
                 "exporter",
@@ -133,7 +158,7 @@ def start_exporter(
             stdin=subprocess.DEVNULL,
             env=full_env,
         )
-    running = ExporterProcess(proc, port, log_path)
+    running = ExporterProcess(proc, port, log_path, scheme, ssl_context, auth)
     try:
         running.wait_for(wait)
     except BaseException:

@@ -289,3 +289,13 @@ def test_estimated_power_is_marked() -> None:
     assert marked, "no panel marks estimated series"
     for panel in marked:
         assert all("{{source}}" in t.get("legendFormat", "") for t in panel["targets"])
+
+
+def test_refs_takes_no_grafana_variable_for_a_metric() -> None:
+    expr = (
+        'clamp_min(x_total{cluster="$cluster"} - (x_total{cluster="$cluster"} offset $__range '
+        'or x_total{cluster="$cluster"} * 0), 0) or y offset 10m'
+    )
+    found = refs(expr)
+    assert found.metrics == {"x_total", "y"}
+    assert [s.metric for s in found.selectors] == ["x_total"] * 3 + ["y"]

@@ -14,6 +14,7 @@ Keys: "panel <dashboard uid> / <panel title>", "variable $<name>", "metric <name
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -25,8 +26,10 @@ import yaml
 
 from alerts.generate import RULES_FILE
 from dashboards.generate import DASHBOARDS_DIR
+from tests.livegpus import APP_FAULT, BUSY_GPU, CRITICAL, HOT_GPU, HOTTER_GPU, OFF_THE_BUS
 from tests.livestack import SCRAPE_INTERVAL_S, LiveStack, start_live_stack
 from tests.monitoringstack import PrometheusAPI, PromQLError
+from tests.nvml.pods import POD_A, POD_B
 from tests.promql import label_values_query, legend_labels, refs, substitute, template_variables
 from tests.realparts import require_binary
 
@@ -34,62 +37,12 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 COLLECT_S = float(os.environ.get("WATTPROBE_LIVENESS_SECONDS", "40"))
 
-_NVML = "GPU metrics come from the NVML source (branch issue-4-nvml) and its fake NVML scenario"
 _KUBE = (
     "pod and namespace names come from the kubelet (branch issue-5-kube); until then the "
     "pod/namespace labels are empty, so Prometheus stores no such label"
 )
-_ALLOC = "GPU -> pod allocation comes from PodResources (branch issue-5-kube) and needs NVML"
+_ALLOC = "GPU -> pod allocation comes from PodResources (branch issue-5-kube)"
 _EBPF = "comes from the eBPF activity source (branch issue-3-ebpf); /proc sees no GPU ioctls"
-
-PENDING_UNTIL_NVML: dict[str, str] = {
-    "variable $gpu": _NVML,
-    # metric names per DESIGN.md; wattprobe_gpu_lost is our assumption for the GPU-lost gauge
-    **{
-        f"metric {m}": _NVML
-        for m in (
-            "wattprobe_gpu_info",
-            "wattprobe_gpu_utilization_ratio",
-            "wattprobe_gpu_memory_used_bytes",
-            "wattprobe_gpu_memory_total_bytes",
-            "wattprobe_gpu_temperature_celsius",
-            "wattprobe_gpu_power_watts",
-            "wattprobe_gpu_power_limit_watts",
-            "wattprobe_gpu_energy_joules_total",
-            "wattprobe_gpu_clock_hertz",
-            "wattprobe_gpu_xid_errors_total",
-            "wattprobe_gpu_lost",
-        )
-    },
-    "label wattprobe_pod_energy_joules_total{gpu}": _NVML + " (pod series get gpu on zone=gpu)",
-    **{
-        f"panel wattprobe-gpu-fleet / {title}": _NVML
-        for title in (
-            "GPUs",
-            "GPUs lost",
-            "Critical XIDs in range",
-            "Mean utilization",
-            "GPU power",
-            "Allocated GPUs idle for 1 h",
-            "GPU utilization",
-            "Mean utilization per node over the range",
-            "GPU memory used, with 1 h forecast",
-            "MIG instances",
-            "GPU temperature",
-            "GPU power against its limit",
-            "GPU power as a share of its limit",
-            "GPU energy: active vs idle power",
-            "GPU clocks",
-            "XID errors",
-            "GPU allocation",
-            "Per-pod GPU power",
-            "Per-pod GPU energy over the selected range",
-            "GPU inventory",
-        )
-    },
-    "panel wattprobe-pod-power / Pod GPU power": _NVML,
-    "panel wattprobe-pod-power / Pod share of its GPUs": _NVML,
-}
 
 PENDING_UNTIL_KUBE: dict[str, str] = {
     "variable $namespace": _KUBE,
@@ -138,7 +91,7 @@ PENDING_UNTIL_EBPF: dict[str, str] = {
     "panel wattprobe-pod-power / Container GPU driver calls": _EBPF,
 }
 
-PENDING = {**PENDING_UNTIL_NVML, **PENDING_UNTIL_KUBE, **PENDING_UNTIL_EBPF}
+PENDING = {**PENDING_UNTIL_KUBE, **PENDING_UNTIL_EBPF}
 
 # Labels that legitimately do not exist in this test's single-cluster Prometheus.
 OPTIONAL_LABELS = {"cluster": 'single cluster: no cluster label, cluster="" matches'}
@@ -150,7 +103,10 @@ OPTIONAL_VARIABLES = {"cluster"}
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStack]:
     prometheus = require_binary("prometheus")
     alertmanager = require_binary("prometheus-alertmanager")
-    live = start_live_stack(tmp_path_factory.mktemp("live"), prometheus, alertmanager, COLLECT_S)
+    gcc = require_binary("gcc")  # builds the fake libnvidia-ml.so.1
+    live = start_live_stack(
+        tmp_path_factory.mktemp("live"), prometheus, alertmanager, gcc, COLLECT_S
+    )
     try:
         yield live
     finally:
@@ -190,6 +146,7 @@ def check_references(expr: str, extra_labels: set[str], cat: Catalogue) -> Verdi
     verdict = Verdict()
     found = refs(expr)
     present = set()
+    missing_pending = set()  # pending metrics the expression names: their labels are unseen
     for metric in sorted(found.metrics):
         if metric in cat.names:
             present.add(metric)
@@ -198,6 +155,7 @@ def check_references(expr: str, extra_labels: set[str], cat: Catalogue) -> Verdi
         verdict.problems.append(f"no series named {metric}")
         if key in PENDING:
             verdict.pending.add(key)
+            missing_pending.add(key)
         else:
             verdict.unknown_names.append(f"no series named {metric}")
     if not present:
@@ -209,7 +167,9 @@ def check_references(expr: str, extra_labels: set[str], cat: Catalogue) -> Verdi
         if label in available:
             continue
         verdict.problems.append(f"label {label} on none of {sorted(present)}")
-        keys = {f"label {m}{{{label}}}" for m in found.metrics} & set(PENDING)
+        # a label may belong to a metric still pending (e.g. pod on wattprobe_gpu_allocation_info
+        # joined with a GPU gauge): it is pending with that metric
+        keys = ({f"label {m}{{{label}}}" for m in found.metrics} & set(PENDING)) or missing_pending
         verdict.pending |= keys
         if not keys:
             verdict.unknown_names.append(f"label {label} on none of {sorted(present)}")
@@ -309,16 +269,22 @@ def judge(key: str, verdict: Verdict) -> str | None:
     return None
 
 
-def test_every_dashboard_panel_query_returns_data(stack: LiveStack) -> None:
-    api = stack.api
-    cat = Catalogue(api, api.metric_names())
+def dashboard_window(stack: LiveStack) -> tuple[tuple[float, float], dict[str, str]]:
+    """The time range a dashboard shows (all of the run) and Grafana's built-in variables."""
     end = time.time()
     start = stack.started + 2 * SCRAPE_INTERVAL_S
     builtins = {
         "__rate_interval": f"{4 * SCRAPE_INTERVAL_S}s",  # Grafana: max(interval+scrape, 4*scrape)
-        "__interval": f"{SCRAPE_INTERVAL_S}s",
+        "__interval": f"{SCRAPE_INTERVAL_S}s",  # the step of range queries (run_target)
         "__range": f"{int(end - start)}s",
     }
+    return (start, end), builtins
+
+
+def test_every_dashboard_panel_query_returns_data(stack: LiveStack) -> None:
+    api = stack.api
+    cat = Catalogue(api, api.metric_names())
+    (start, end), builtins = dashboard_window(stack)
     failures: list[str] = []
     seen: set[str] = set()
     checked = 0
@@ -343,6 +309,98 @@ def test_every_dashboard_panel_query_returns_data(stack: LiveStack) -> None:
     failures = [f for f in failures if f]
     assert checked > 50
     assert not failures, "\n".join(failures) + "\n" + stack.logs()
+
+
+def run_panel(stack: LiveStack, uid: str, title: str) -> dict[str, list[Any]]:
+    """A panel's results per refId, its queries run as Grafana would with default variables."""
+    api = stack.api
+    window, builtins = dashboard_window(stack)
+    board = next(d for d in dashboards().values() if d["uid"] == uid)
+    values, _ = resolve_variables(board, Catalogue(api, api.metric_names()), builtins)
+    panel = next(p for p in board["panels"] if p["title"] == title)
+    return {
+        t["refId"]: run_target(t, substitute(t["expr"], values), api, window)
+        for t in panel["targets"]
+    }
+
+
+def last(series: dict[str, Any]) -> float:
+    """The value of an instant result, or the last value of a range result."""
+    return float(series["value"][1] if "value" in series else series["values"][-1][1])
+
+
+def test_gpu_panels_show_what_the_fake_gpus_did(stack: LiveStack) -> None:
+    """Not only data, but the right data: the faults of tests/livegpus.py as a user sees them."""
+    h100, a100 = stack.node("gpu").gpus, stack.node("sensorless").gpus
+    assert h100 is not None and a100 is not None
+    fleet = "wattprobe-gpu-fleet"
+
+    def stat(title: str) -> float:
+        (series,) = run_panel(stack, fleet, title)["A"]
+        return last(series)
+
+    assert stat("GPUs") == h100.scenario.gpu_count() + a100.scenario.gpu_count()
+    (lost,) = run_panel(stack, fleet, "GPUs lost")["A"]
+    assert {float(v) for t, v in lost["values"] if t < stack.faults_at - 1} == {0}
+    assert last(lost) == 1
+    # XID 79 once; XID 13 is not critical. Both are their GPU's first XID (a new series).
+    assert stat("Critical XIDs in range") == 1
+    bars = run_panel(stack, fleet, "XID errors")["A"]
+    events = {
+        (s["metric"]["node"], s["metric"]["gpu"], s["metric"]["xid"]): math.fsum(
+            float(v) for _, v in s["values"]
+        )
+        for s in bars
+    }
+    assert events == {
+        ("gpu", str(APP_FAULT[0]), str(APP_FAULT[1])): 1,
+        ("gpu", str(OFF_THE_BUS[0]), str(OFF_THE_BUS[1])): 1,
+    }
+    # each bar stands after the faults, not before
+    assert min(t for s in bars for t, v in s["values"] if float(v) > 0) >= stack.faults_at - 1
+
+    mig = run_panel(stack, fleet, "MIG instances")
+    used = {(s["metric"]["gpu_instance"], s["metric"]["profile"]): last(s) for s in mig["A"]}
+    total = {(s["metric"]["gpu_instance"], s["metric"]["profile"]): last(s) for s in mig["B"]}
+    want = {
+        (a100.scenario[f"gpu.0.mig.{m}.gi"], a100.scenario[f"gpu.0.mig.{m}.name"].split()[-1]): m
+        for m in range(4)
+    }
+    assert used == {k: a100.scenario.number(f"gpu.0.mig.{m}.memory.used") for k, m in want.items()}
+    assert total == {
+        k: a100.scenario.number(f"gpu.0.mig.{m}.memory.total") for k, m in want.items()
+    }
+
+
+def test_gpu_energy_rates_follow_power_and_split_between_pods(stack: LiveStack) -> None:
+    """The fake counters advance at each GPU's power: their rate in Prometheus shows it."""
+    api = stack.api
+    # a window after the faults, so the lost GPU was lost all through it
+    window = min(20, int(time.time() - stack.faults_at) - 2 * SCRAPE_INTERVAL_S)
+    assert window >= 5, "collect longer (WATTPROBE_LIVENESS_SECONDS)"
+    rates = {
+        (s["metric"]["node"], s["metric"]["gpu"]): float(s["value"][1])
+        for s in api.query(
+            f"sum by (node, gpu) (rate(wattprobe_gpu_energy_joules_total[{window}s]))"
+        )
+    }
+    power = {
+        (s["metric"]["node"], s["metric"]["gpu"]): float(s["value"][1])
+        for s in api.query("wattprobe_gpu_power_watts")
+    }
+    lost = ("gpu", str(OFF_THE_BUS[0]))
+    assert set(rates) == set(power) | {lost}
+    for key, watts in power.items():
+        assert rates[key] == pytest.approx(watts, rel=0.15), key
+    assert rates[lost] == 0  # lost (and its counter still) since the faults
+    # GPU 0 is time-sliced: its two pods split its active energy by SM share, 60:20
+    pods = {
+        s["metric"]["pod_uid"]: float(s["value"][1])
+        for s in api.query(
+            'wattprobe_pod_energy_joules_total{node="gpu", zone="gpu", gpu="0", mode="active"}'
+        )
+    }
+    assert pods[POD_A.pod_uid] / pods[POD_B.pod_uid] == pytest.approx(3, rel=0.01)
 
 
 # -- rules ------------------------------------------------------------------------------------
@@ -389,10 +447,45 @@ def test_recording_rules_produce_series(stack: LiveStack) -> None:
 
 # -- alerts -----------------------------------------------------------------------------------
 
-EXPECTED_FIRING = {
-    ("WattprobeNodePowerEstimated", "sensorless"),
-    ("WattprobeTargetDown", "gone"),
-    ("WattprobeSourceDown", "broken"),
+# What the live fleet's faults must fire (tests/livestack.py, tests/livegpus.py), as
+# (alertname, node, severity, the labels that say which GPU, XID, instance or source): no more,
+# no fewer. WattprobeGpuIdleWhileAllocated needs PodResources (branch issue-5-kube).
+WHICH = ("gpu", "gpu_instance", "xid", "source", "reason")
+AlertKey = tuple[str, str, str, tuple[tuple[str, str], ...]]
+
+
+def alert_key(labels: dict[str, str]) -> AlertKey:
+    which = tuple((k, labels[k]) for k in WHICH if k in labels)
+    return labels["alertname"], labels.get("node", ""), labels["severity"], which
+
+
+EXPECTED_FIRING: set[AlertKey] = {
+    ("WattprobeNodePowerEstimated", "sensorless", "info", ()),
+    ("WattprobeTargetDown", "gone", "warning", ()),
+    (
+        "WattprobeSourceDown",
+        "broken",
+        "warning",
+        (("source", "rapl"), ("reason", "unparsable value")),
+    ),
+    ("WattprobeGpuHighUtilization", "gpu", "warning", (("gpu", str(BUSY_GPU)),)),
+    ("WattprobeGpuPowerNearLimit", "gpu", "warning", (("gpu", str(BUSY_GPU)),)),
+    ("WattprobeGpuTemperatureHigh", "gpu", "warning", (("gpu", str(HOT_GPU)),)),
+    ("WattprobeGpuTemperatureHigh", "gpu", "warning", (("gpu", str(HOTTER_GPU)),)),
+    ("WattprobeGpuTemperatureHigh", "gpu", "critical", (("gpu", str(HOTTER_GPU)),)),
+    (
+        "WattprobeGpuXidError",
+        "gpu",
+        "critical",
+        (("gpu", str(OFF_THE_BUS[0])), ("xid", str(OFF_THE_BUS[1]))),
+    ),
+    ("WattprobeGpuLost", "gpu", "critical", (("gpu", str(OFF_THE_BUS[0])),)),
+    (
+        "WattprobeGpuMemoryNearlyFull",
+        "sensorless",
+        "critical",
+        (("gpu", "0"), ("gpu_instance", "13")),
+    ),
 }
 
 
@@ -403,26 +496,48 @@ def _firing(api: PrometheusAPI) -> list[dict[str, Any]]:
 def test_alert_rules_fire_exactly_where_the_live_fleet_is_degraded(stack: LiveStack) -> None:
     """The real rules (`for` shortened, tests/livestack.py) against the real exporters."""
     firing = _firing(stack.api)
-    assert {(a["labels"]["alertname"], a["labels"].get("node")) for a in firing} == EXPECTED_FIRING
-    source_down = next(a for a in firing if a["labels"]["alertname"] == "WattprobeSourceDown")
-    assert source_down["labels"]["source"] == "rapl"
-    assert source_down["labels"]["reason"] == "unparsable value"
-    assert source_down["labels"]["severity"] == "warning"
-    # the sensorless node's rapl and hwmon are down with reason="absent": no alert for them
-    absent = stack.api.query('wattprobe_source_up{node="sensorless", reason="absent"} == 0')
-    assert {s["metric"]["source"] for s in absent} == {"rapl", "hwmon", "nvml"}
+    got = {alert_key(a["labels"]) for a in firing}
+    assert got == EXPECTED_FIRING, (
+        f"unexpected: {sorted(got - EXPECTED_FIRING)}\nmissing: {sorted(EXPECTED_FIRING - got)}"
+    )
+    # the sensorless node's rapl and hwmon are down with reason="absent": no alert for them;
+    # nodes without a GPU (no libnvidia-ml.so.1, no /proc/driver/nvidia) report nvml absent
+    absent = stack.api.query('wattprobe_source_up{reason="absent"} == 0')
+    assert {(s["metric"]["node"], s["metric"]["source"]) for s in absent} == {
+        ("sensorless", "rapl"),
+        ("sensorless", "hwmon"),
+        ("measured", "nvml"),
+        ("broken", "nvml"),
+    }
+    gpu = stack.node("gpu").gpus
+    assert gpu is not None
+    by_key = {alert_key(a["labels"]): a for a in firing}
+    lost = by_key[("WattprobeGpuLost", "gpu", "critical", (("gpu", str(OFF_THE_BUS[0])),))]
+    assert lost["labels"]["uuid"] == gpu.uuid(OFF_THE_BUS[0])
+    hot = next(
+        a for k, a in by_key.items() if k[0] == "WattprobeGpuTemperatureHigh" and k[2] == "critical"
+    )
+    assert hot["annotations"]["summary"] == (
+        f"GPU {HOTTER_GPU} on gpu is overheating ({CRITICAL[HOTTER_GPU]} °C)."
+    )
+    a100 = stack.node("sensorless").gpus
+    assert a100 is not None
+    full = next(a for k, a in by_key.items() if k[0] == "WattprobeGpuMemoryNearlyFull")
+    assert full["labels"]["compute_instance"] == "0"
+    assert full["annotations"]["description"].startswith(
+        f"GPU 0 instance 13 ({a100.uuid(0)}) on node sensorless has used 97% of its memory"
+    )
 
 
 def test_alertmanager_delivers_the_firing_alerts_to_a_webhook(stack: LiveStack) -> None:
     def delivered(alerts: list[dict[str, Any]]) -> bool:
-        got = {(a["labels"]["alertname"], a["labels"].get("node")) for a in alerts}
-        return got >= EXPECTED_FIRING
+        return {alert_key(a["labels"]) for a in alerts} >= EXPECTED_FIRING
 
     alerts = stack.webhook.wait_for(delivered, timeout=60)
     assert delivered(alerts), f"webhook got {alerts}\n{stack.logs()}"
     estimated = next(a for a in alerts if a["labels"]["alertname"] == "WattprobeNodePowerEstimated")
     assert estimated["status"] == "firing"
-    sensorless = next(n for n in stack.nodes if n.name == "sensorless")
+    sensorless = stack.node("sensorless")
     assert sensorless.exporter is not None
     assert estimated["labels"] == {
         "alertname": "WattprobeNodePowerEstimated",
@@ -437,3 +552,21 @@ def test_alertmanager_delivers_the_firing_alerts_to_a_webhook(stack: LiveStack) 
     assert annotations["runbook_url"].endswith("/docs/runbooks.md#wattprobenodepowerestimated")
     down = next(a for a in alerts if a["labels"]["alertname"] == "WattprobeTargetDown")
     assert down["labels"]["node"] == "gone" and down["labels"]["severity"] == "warning"
+    gpu = stack.node("gpu")
+    assert gpu.exporter is not None and gpu.gpus is not None
+    xid = next(a for a in alerts if a["labels"]["alertname"] == "WattprobeGpuXidError")
+    assert xid["status"] == "firing"
+    assert xid["labels"] == {
+        "alertname": "WattprobeGpuXidError",
+        "severity": "critical",
+        "job": "wattprobe",
+        "node": "gpu",
+        "instance": f"127.0.0.1:{gpu.exporter.port}",
+        "gpu": str(OFF_THE_BUS[0]),
+        "uuid": gpu.gpus.uuid(OFF_THE_BUS[0]),
+        "xid": str(OFF_THE_BUS[1]),
+    }
+    assert xid["annotations"]["summary"] == (
+        f"GPU {OFF_THE_BUS[0]} on gpu reported critical XID {OFF_THE_BUS[1]}."
+    )
+    assert xid["annotations"]["runbook_url"].endswith("/docs/runbooks.md#wattprobegpuxiderror")

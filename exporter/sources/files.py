@@ -19,11 +19,15 @@ def read_text(path: str) -> str:
 
 def read_int(path: str) -> int:
     """A sysfs number. Raises ValueError on garbage, OSError on read failure."""
-    text = read_text(path)
-    value = int(text)
-    if value < 0:
-        raise ValueError(f"negative value {value} in {path}")
-    return value
+    with open(path) as f:
+        # sysfs writes ASCII digits and a newline; int() would also take "+5", "1_000", "-0",
+        # non-ASCII digits and str.strip() control characters: in a counter, only garbage
+        text = f.read().strip(" \t\r\n")
+    if not text.isascii() or not text.isdigit():
+        if text.startswith("-") and text[1:].isascii() and text[1:].isdigit():
+            raise ValueError(f"negative value {text} in {path}")
+        raise ValueError(f"not a number: {text[:32]!r} in {path}")
+    return int(text)
 
 
 def reason_for(exc: BaseException) -> str:

@@ -93,11 +93,17 @@ class HwmonSource:
 
     def __init__(self, sysfs: Path) -> None:
         self.hwmon_class = str(sysfs / "class" / "hwmon")
+        # sensors found at some point: losing all of them later is a fault, not absent hardware
+        self._seen: set[str] = set()
 
     def read(self) -> list[EnergyReading]:
         sensors = discover_sensors(self.hwmon_class)
+        if not sensors and self._seen:
+            gone = ", ".join(sorted(self._seen))
+            raise SourceError("vanished", f"hwmon sensors {gone} are gone from {self.hwmon_class}")
         if not sensors:
             raise SourceAbsent(f"no hwmon power or energy sensors under {self.hwmon_class}")
+        self._seen.update(s.zone for s in sensors)
         readings: list[EnergyReading] = []
         failure: tuple[str, str] | None = None
         for s in sensors:

@@ -79,12 +79,18 @@ class RaplSource:
     def __init__(self, sysfs: Path) -> None:
         self.powercap = str(sysfs / "class" / "powercap")
         self.duplicates: list[str] = []
+        # zones found at some point: losing all of them later is a fault, not absent hardware
+        self._seen: set[str] = set()
 
     def read(self) -> list[EnergyReading]:
         """Every zone's counter. Zones that fail are left out; if all fail, SourceError."""
         zones, self.duplicates = discover_zones(self.powercap)
+        if not zones and self._seen:
+            gone = ", ".join(sorted(self._seen))
+            raise SourceError("vanished", f"RAPL zones {gone} are gone from {self.powercap}")
         if not zones:
             raise SourceAbsent(f"no RAPL zones with energy_uj under {self.powercap}")
+        self._seen.update(z.device for z in zones)
         readings: list[EnergyReading] = []
         failure: tuple[str, str] | None = None
         for z in zones:

@@ -127,7 +127,10 @@ def cgroup_lines(text: str) -> list[str]:
     return paths
 
 
-@lru_cache(maxsize=65536)
+# All tasks of a container share one cgroup text, so a node has about one live text per container
+# and sandbox (a few hundred at 110-250 pods). Live texts are looked up every interval and stay
+# cached; under pod churn the texts of gone containers age out, so the cache stays under 0.5 MiB.
+@lru_cache(maxsize=1024)
 def classify_cgroup(text: str) -> ContainerRef:
     """The bucket of a non-kernel task from its cgroup file content (v1, v2 or hybrid).
 

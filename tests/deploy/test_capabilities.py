@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.manifests import DEPLOY, REPO, build
+from tests.deploy.manifests import DEPLOY, build
 from tests.fixturehost import FixtureHost
 from tests.realparts import missing, require_binary, require_root
 
@@ -120,10 +120,10 @@ def _as_agent(
     )
 
 
-def _programs(tmp_path: Path) -> list[Path]:
+def _probe(tmp_path: Path) -> Path:
     probe = tmp_path / "probe.c"
     probe.write_text(PROBE)
-    return [probe, *sorted((REPO / "bpf").glob("*.c"))]
+    return probe
 
 
 @pytest.mark.real
@@ -136,11 +136,16 @@ def test_manifest_capabilities_load_the_ebpf_programs(
     loader = tmp_path / "loader.py"
     loader.write_text(LOADER)
     env = {"BCC_KERNEL_SOURCE": str(generic_headers)}
-    for program in _programs(tmp_path):
-        proc = _as_agent(real_bcc, caps, [DEBIAN_PYTHON, str(loader), str(program)], env)
-        assert proc.returncode == 0, f"{program.name} with {caps}:\n{proc.stderr[-2000:]}"
-        if program.name == "probe.c":
-            assert json.loads(proc.stdout)["counted"] > 0, "sched_switch never fired"
+    argv = [DEBIAN_PYTHON, str(loader), str(_probe(tmp_path))]
+    proc = _as_agent(real_bcc, caps, argv, env)
+    assert proc.returncode == 0, f"probe.c with {caps}:\n{proc.stderr[-2000:]}"
+    assert json.loads(proc.stdout)["counted"] > 0, "sched_switch never fired"
+    # the repository's own programs, loaded the way the agent loads them (its header search,
+    # its cflags), with exactly these capabilities
+    check = [sys.executable, "-m", "exporter", "check", "--json", "--activity-source", "ebpf"]
+    proc = _as_agent(real_bcc, caps, check)
+    report = {s["source"]: s for s in json.loads(proc.stdout)["sources"]}
+    assert report["ebpf"]["ok"], f"bpf/*.c with {caps}: {report['ebpf']}\n{proc.stderr[-2000:]}"
 
 
 @pytest.mark.real
@@ -152,7 +157,7 @@ def test_each_ebpf_capability_is_needed(
     caps = [c for c in _grantable(_manifest_capabilities()) if c != dropped]
     loader = tmp_path / "loader.py"
     loader.write_text(LOADER)
-    argv = [DEBIAN_PYTHON, str(loader), str(_programs(tmp_path)[0])]
+    argv = [DEBIAN_PYTHON, str(loader), str(_probe(tmp_path))]
     proc = _as_agent(real_bcc, caps, argv, {"BCC_KERNEL_SOURCE": str(generic_headers)})
     assert proc.returncode != 0, f"loaded without {dropped}: the capability would be unneeded"
     # refused by the kernel (map creation without BPF, program load/attach without PERFMON),
@@ -205,11 +210,11 @@ def test_image_header_fallback_compiles_with_generic_headers(real_bcc: str, tmp_
     }
     wrapper = str(IMAGE_DIR / "wattprobe-wrapper.sh")
     caps = _grantable(_manifest_capabilities())
-    for program in _programs(tmp_path):
-        proc = _as_agent(real_bcc, caps, [wrapper, str(loader), str(program)], env)
-        assert proc.returncode == 0, f"{program.name}:\n{proc.stderr[-2000:]}"
-        assert json.loads(proc.stdout)["headers"] == str(merged)
+    probe = str(_probe(tmp_path))
+    proc = _as_agent(real_bcc, caps, [wrapper, str(loader), probe], env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["headers"] == str(merged)
     # and the headers are really what bcc used: a broken tree fails the same compile
     env["WATTPROBE_GENERIC_HEADERS"] = str(tmp_path / "nothing-here")
-    proc = _as_agent(real_bcc, caps, [wrapper, str(loader), str(_programs(tmp_path)[0])], env)
+    proc = _as_agent(real_bcc, caps, [wrapper, str(loader), probe], env)
     assert proc.returncode != 0

@@ -36,7 +36,7 @@ METASERVER = "http://127.0.0.1:10550"
 PODRESOURCES_DIR = "/var/lib/kubelet/pod-resources"
 # Env vars the manifests set for flags that other issues are adding to `wattprobe serve`
 # (DESIGN.md's CLI contract). Each must be removed from here once its flag exists.
-PENDING_FLAGS = {"WATTPROBE_KUBE_APISERVER_URL": "--kube.apiserver-url (issue 5, pod metadata)"}
+PENDING_FLAGS: dict[str, str] = {}  # flags the manifests use before `serve` has them
 
 
 def _all_containers(objs: list[Obj]) -> list[tuple[str, Obj, Obj]]:

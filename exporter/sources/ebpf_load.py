@@ -1,0 +1,320 @@
+"""Compile and attach bpf/activity.c with bcc, after checking everything it needs.
+
+Each failure is a SourceError with a short reason (the source_up label) and a detail; FIXES says
+what an operator does about each reason (`wattprobe check` prints it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from exporter.readings import SourceError
+from exporter.sources.kheaders import NO_HEADERS, KernelHeaders, find_kernel_headers
+
+log = logging.getLogger(__name__)
+
+BPF_SOURCE_NAME = "activity.c"
+
+NO_BCC = "no bcc"
+PERMISSION = "permission denied"
+NO_TRACEFS = "no tracefs"
+NO_TRACEPOINT = "no tracepoint"
+NO_CGROUP2 = "no cgroup v2"
+COMPILE_FAILED = "compile failed"
+LOAD_FAILED = "load failed"
+NO_SOURCE = "no bpf source"
+NOT_LIVE_PROCFS = "procfs not live"
+
+FIXES: dict[str, str] = {
+    NO_BCC: "install Debian's python3-bpfcc (the image and scripts/setup-debian.sh do)",
+    PERMISSION: (
+        "run as root (privileged: true in Kubernetes), or grant CAP_BPF, CAP_PERFMON and "
+        "CAP_DAC_READ_SEARCH (CAP_SYS_ADMIN on kernels before 5.8)"
+    ),
+    NO_TRACEFS: (
+        "mount tracefs: mount -t tracefs nodev /sys/kernel/tracing "
+        "(in a pod, mount the host's /sys/kernel/tracing)"
+    ),
+    NO_TRACEPOINT: "use a kernel built with CONFIG_TRACEPOINTS and CONFIG_FTRACE_SYSCALLS",
+    NO_HEADERS: (
+        "install headers for the running kernel (linux-headers-$(uname -r)) or any generic set "
+        "(Debian: linux-headers-amd64), or pass --ebpf.kernel-headers DIR"
+    ),
+    NO_CGROUP2: (
+        "mount cgroup v2 (unified or hybrid hierarchy); until then use --activity-source procfs"
+    ),
+    COMPILE_FAILED: (
+        "see the compiler output in the log; try another headers set (--ebpf.kernel-headers)"
+    ),
+    LOAD_FAILED: "the kernel rejected the programs: it needs BPF tracepoint support (5.8 or later)",
+    NO_SOURCE: "reinstall wattprobe: bpf/activity.c must ship with it",
+    NOT_LIVE_PROCFS: (
+        "point --path.procfs at this host's /proc (hostPID: true in Kubernetes), or use "
+        "--activity-source procfs"
+    ),
+}
+
+TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
+
+REQUIRED_TRACEPOINTS = (("sched", "sched_switch"), ("sched", "sched_process_exit"))
+IOCTL_TRACEPOINT = ("syscalls", "sys_enter_ioctl")
+EXEC_TRACEPOINT = ("sched", "sched_process_exec")
+ATTACH_TRACEPOINT = ("cgroup", "cgroup_attach_task")
+MKDIR_TRACEPOINT = ("cgroup", "cgroup_mkdir")
+
+MAX_TASKS = 32768  # live processes plus tombstones of the processes that exited in one interval
+MAX_CGROUPS = 8192
+
+CAP_SYS_ADMIN = 21
+CAP_PERFMON = 38
+CAP_BPF = 39
+
+
+@dataclass(frozen=True)
+class LoadInfo:
+    """What was loaded, for logs and `wattprobe check`."""
+
+    headers: KernelHeaders
+    tracefs: Path
+    tracepoints: tuple[str, ...]  # attached, as category:event
+    missing_optional: tuple[str, ...]
+    compile_s: float
+    switched_off: tuple[str, ...] = ()  # optional tracepoints not attached on purpose
+    max_tasks: int = MAX_TASKS
+    max_cgroups: int = MAX_CGROUPS
+
+    def describe(self) -> str:
+        missing = f"; missing {', '.join(self.missing_optional)}" if self.missing_optional else ""
+        if self.switched_off:
+            missing += f"; off: {', '.join(self.switched_off)}"
+        return (
+            f"tracepoints {', '.join(self.tracepoints)}{missing}; {self.headers.describe()}; "
+            f"compiled in {self.compile_s:.2f}s"
+        )
+
+
+@dataclass
+class Loaded:
+    bpf: Any  # bcc.BPF
+    info: LoadInfo
+
+
+def bpf_source() -> Path:
+    """bpf/activity.c beside the package (checkout, editable install) or under share/."""
+    here = Path(__file__).resolve().parent.parent.parent
+    candidates = [
+        here / "bpf" / BPF_SOURCE_NAME,
+        Path(sysconfig.get_paths()["data"]) / "share" / "wattprobe" / "bpf" / BPF_SOURCE_NAME,
+        Path(sys.prefix) / "share" / "wattprobe" / "bpf" / BPF_SOURCE_NAME,
+    ]
+    for c in candidates:
+        if c.is_file():
+            return c
+    raise SourceError(NO_SOURCE, "not found at " + ", ".join(str(c) for c in candidates))
+
+
+def check_privileges(status_path: Path = Path("/proc/self/status")) -> None:
+    """bpf() and perf_event_open() on tracepoints need CAP_BPF + CAP_PERFMON or CAP_SYS_ADMIN."""
+    try:
+        caps = _effective_caps(status_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SourceError(PERMISSION, f"cannot read capabilities: {exc}") from exc
+    has = {c for c in (CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF) if caps & (1 << c)}
+    if CAP_SYS_ADMIN in has or {CAP_BPF, CAP_PERFMON} <= has:
+        return
+    who = "root without the needed capabilities" if os.geteuid() == 0 else "not root"
+    raise SourceError(PERMISSION, f"{who}: needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN")
+
+
+def _effective_caps(status: str) -> int:
+    for line in status.splitlines():
+        if line.startswith("CapEff:"):
+            return int(line.split()[1], 16)
+    raise ValueError("no CapEff line")
+
+
+def find_tracefs(candidates: tuple[Path, ...] = TRACEFS_DIRS) -> Path:
+    """The tracefs bcc will use, checked to be mounted.
+
+    bcc (Python and libbcc alike) uses /sys/kernel/debug/tracing when that path exists, else
+    /sys/kernel/tracing; checking any other mount would not help it.
+    """
+    tracing, debug_tracing = candidates
+    path = debug_tracing if debug_tracing.exists() else tracing
+    if (path / "events" / "sched").is_dir():
+        return path
+    if path.is_dir():
+        raise SourceError(NO_TRACEFS, f"tracefs is not mounted at {path} (no events/sched)")
+    raise SourceError(NO_TRACEFS, f"no {tracing} or {debug_tracing}")
+
+
+def tracepoint_exists(tracefs: Path, category: str, event: str) -> bool:
+    return (tracefs / "events" / category / event / "format").is_file()
+
+
+def has_group_dead(tracefs: Path) -> bool:
+    """Recent kernels (6.18 has it, 6.1 does not) say in sched_process_exit whether the
+    exiting thread is the last of its process."""
+    return "group_dead;" in _format(tracefs, "sched", "sched_process_exit")
+
+
+def has_cgroup_attach(tracefs: Path) -> bool:
+    """cgroup_attach_task carrying the 64-bit cgroup id (older kernels had a 32-bit one)."""
+    return "u64 dst_id;" in _format(tracefs, *ATTACH_TRACEPOINT)
+
+
+def _format(tracefs: Path, category: str, event: str) -> str:
+    try:
+        return (tracefs / "events" / category / event / "format").read_text()
+    except OSError:
+        return ""
+
+
+@contextlib.contextmanager
+def bcc_environment(changes: dict[str, str | None]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in changes}
+    try:
+        for k, v in changes.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def _captured_output() -> Iterator[list[str]]:
+    """Collect what libbcc and clang write to fds 1 and 2 (diagnostics) instead of leaking it."""
+    out: list[str] = []
+    with tempfile.TemporaryFile() as tmp:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = os.dup(1), os.dup(2)
+        try:
+            os.dup2(tmp.fileno(), 1)
+            os.dup2(tmp.fileno(), 2)
+            yield out
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            tmp.seek(0)
+            out.append(tmp.read().decode(errors="replace"))
+
+
+def gpu_device_nodes(dev: Path = Path("/dev")) -> list[str]:
+    """NVIDIA (/dev/nvidia*) and DRM (/dev/dri/*) device nodes: what GPU ioctls would go to."""
+    found = sorted(str(p) for p in dev.glob("nvidia*"))
+    with contextlib.suppress(OSError):
+        found += sorted(str(p) for p in (dev / "dri").iterdir())
+    return found
+
+
+def load(
+    kernel_headers: Path | None = None,
+    *,
+    ioctls: bool = True,
+    max_tasks: int = MAX_TASKS,
+    max_cgroups: int = MAX_CGROUPS,
+) -> Loaded:
+    """Check, compile and attach. Raises SourceError with a reason from FIXES."""
+    source = bpf_source()
+    try:
+        import bcc  # noqa: PLC0415 (optional dependency, imported only when eBPF is wanted)
+    except ImportError as exc:
+        raise SourceError(NO_BCC, f"cannot import bcc: {exc}") from exc
+    check_privileges()
+    tracefs = find_tracefs()
+    missing = [f"{c}:{e}" for c, e in REQUIRED_TRACEPOINTS if not tracepoint_exists(tracefs, c, e)]
+    if missing:
+        raise SourceError(NO_TRACEPOINT, f"{', '.join(missing)} not in {tracefs}/events")
+    headers = find_kernel_headers(kernel_headers)
+
+    attached = [f"{c}:{e}" for c, e in REQUIRED_TRACEPOINTS]
+    optional_missing: list[str] = []
+    cflags = [f"-DWATTPROBE_MAX_TASKS={max_tasks}", f"-DWATTPROBE_MAX_CGROUPS={max_cgroups}"]
+    if has_group_dead(tracefs):
+        cflags.append("-DWATTPROBE_HAVE_GROUP_DEAD")
+    for (category, event), define, wanted in (
+        (EXEC_TRACEPOINT, "-DWATTPROBE_EXEC", True),
+        (IOCTL_TRACEPOINT, "-DWATTPROBE_IOCTLS", ioctls),
+        (ATTACH_TRACEPOINT, "-DWATTPROBE_CGROUP_ATTACH", has_cgroup_attach(tracefs)),
+        (MKDIR_TRACEPOINT, "-DWATTPROBE_CGROUP_PATHS", True),
+    ):
+        if not wanted:
+            continue
+        if tracepoint_exists(tracefs, category, event):
+            cflags.append(define)
+            attached.append(f"{category}:{event}")
+        else:
+            optional_missing.append(f"{category}:{event}")
+    cflags += headers.cflags()
+
+    start = time.perf_counter()
+    with bcc_environment(headers.environment()), _captured_output() as output:
+        try:
+            # TRACEPOINT_PROBE functions are attached by the constructor itself
+            bpf = bcc.BPF(src_file=str(source).encode(), cflags=cflags)
+        except Exception as exc:  # bcc raises bare Exception for compile and attach errors
+            error: Exception | None = exc
+        else:
+            error = None
+    compile_s = time.perf_counter() - start
+    text = output[0] if output else ""
+    if error is not None:
+        reason = COMPILE_FAILED if "compile" in str(error).lower() else LOAD_FAILED
+        if _looks_like_permission(text + str(error)):
+            reason = PERMISSION
+        raise SourceError(reason, _first_error(text) or str(error))
+    if text.strip():
+        log.debug("bcc output while compiling %s:\n%s", source, text.rstrip())
+    _release_compiler_memory()
+    info = LoadInfo(
+        headers=headers,
+        tracefs=tracefs,
+        tracepoints=tuple(attached),
+        missing_optional=tuple(optional_missing),
+        compile_s=compile_s,
+        switched_off=() if ioctls else ("syscalls:sys_enter_ioctl (GPU ioctls)",),
+        max_tasks=max_tasks,
+        max_cgroups=max_cgroups,
+    )
+    return Loaded(bpf, info)
+
+
+def _release_compiler_memory() -> None:
+    """clang's heap is freed after the compile but glibc keeps it: hand it back (~25 MiB)."""
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: not glibc
+        ctypes.CDLL(None).malloc_trim(0)
+
+
+def _looks_like_permission(text: str) -> bool:
+    lowered = text.lower()
+    return "operation not permitted" in lowered or "permission denied" in lowered
+
+
+def _first_error(text: str) -> str:
+    """The first compiler error line (the rest is usually a consequence of it)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in lines:
+        if "error:" in ln or "Unable to find kernel headers" in ln:
+            return ln
+    return lines[-1] if lines else ""

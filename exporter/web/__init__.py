@@ -1,0 +1,1 @@
+"""The HTTP side's security: --web.config.file (TLS, basic auth, headers) and request limits."""

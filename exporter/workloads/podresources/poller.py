@@ -1,0 +1,105 @@
+"""Polls PodResources on its own thread and keeps the latest device assignments."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from exporter.readings import SourceError, SourceStatus
+from exporter.workloads.background import Backoff, StatusBox, Worker, failure_status
+from exporter.workloads.gpus import DeviceAssignment, is_gpu_resource
+from exporter.workloads.podresources.client import PodResourcesClient
+
+log = logging.getLogger(__name__)
+
+SOURCE = "podresources"
+
+
+@dataclass(frozen=True)
+class Assignments:
+    devices: tuple[DeviceAssignment, ...]
+    allocatable_gpus: int | None  # None: GetAllocatableResources not served by this kubelet
+    at: float  # monotonic time of the List that produced it
+
+
+class PodResourcesPoller:
+    """Latest PodResources assignments; kept for the metadata TTL when the kubelet stops
+    answering, then dropped."""
+
+    name = SOURCE
+
+    def __init__(
+        self,
+        client: PodResourcesClient,
+        *,
+        interval_s: float,
+        ttl_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._interval_s = interval_s
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._status = StatusBox()
+        self._latest: Assignments | None = None
+        self._allocatable_served = True
+        self._worker = Worker(f"{SOURCE}-poll", self._run)
+
+    def poll_once(self) -> Assignments:
+        devices = tuple(self._client.list_assignments())
+        allocatable: int | None = None
+        if self._allocatable_served:
+            try:
+                allocatable = sum(
+                    1 for r, _ in self._client.allocatable_devices() if is_gpu_resource(r)
+                )
+            except SourceError as exc:
+                if exc.reason != "unimplemented":
+                    raise
+                self._allocatable_served = False  # older kubelets, or its feature gate off
+                log.info("podresources: GetAllocatableResources not served; List only")
+        latest = Assignments(devices, allocatable, self._clock())
+        self._latest = latest
+        return latest
+
+    def assignments(self) -> tuple[DeviceAssignment, ...]:
+        latest = self._latest
+        if latest is None or self._clock() - latest.at > self._ttl_s:
+            return ()
+        return latest.devices
+
+    def statuses(self) -> list[SourceStatus]:
+        status = self._status.get()
+        return [status] if status is not None else []
+
+    def start(self) -> None:
+        self._worker.start()
+
+    def stop(self) -> None:
+        self._worker.stop()
+        self._client.close()
+
+    def _run(self, stop: threading.Event) -> None:
+        backoff = Backoff(max_s=self._interval_s)
+        while not stop.is_set():
+            started = self._clock()
+            try:
+                got = self.poll_once()
+            except Exception as exc:
+                if not isinstance(exc, SourceError):
+                    log.exception("podresources poll failed unexpectedly")
+                self._status.set(failure_status(SOURCE, exc, self._clock() - started))
+                delay = backoff.next_delay()
+            else:
+                gpus = sum(1 for d in got.devices if is_gpu_resource(d.resource))
+                detail = f"{gpus} GPU device assignments"
+                if got.allocatable_gpus is not None:
+                    detail += f", {got.allocatable_gpus} allocatable GPU devices"
+                took = self._clock() - started
+                self._status.set(SourceStatus(SOURCE, True, detail=detail, duration_s=took))
+                backoff.reset()
+                delay = self._interval_s
+            stop.wait(max(0.0, delay - (self._clock() - started)))

@@ -1,0 +1,181 @@
+"""Coverage-guided fuzzing of wattprobe's parsers with atheris (libFuzzer for Python).
+
+Not part of the pytest run. Install the fuzz extra, write the seed corpus, and run, e.g.:
+
+    .venv/bin/pip install -e '.[test,fuzz]'
+    .venv/bin/python -m tests.fuzz_atheris --seeds /tmp/wattprobe-corpus
+    .venv/bin/python -m tests.fuzz_atheris -atheris_runs=2000000 /tmp/wattprobe-corpus
+
+Each input's first byte picks a parser; the rest is its input. A parser may return or raise
+its documented error (ValueError, HttpError, WebConfigError); any other exception, or a result
+that breaks its contract, is a crash that libFuzzer reports with the input that caused it.
+docs/benchmarks-fuzz.md records the runs made.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import atheris
+import bcrypt  # noqa: F401 (imported before instrumentation: only wattprobe is instrumented)
+import yaml  # noqa: F401
+
+with atheris.instrument_imports(include=["exporter"]):
+    from exporter.config import IdlePower, parse_duration, parse_listen_address
+    from exporter.counters import MAX_PLAUSIBLE_POWER_W, counter_delta_uj
+    from exporter.sources.procfs import parse_cpu_times, parse_stat
+    from exporter.web.auth import parse_basic
+    from exporter.web.config import WebConfigError, parse_web_config
+    from exporter.web.http import HttpError, parse_head
+    from exporter.workloads.cgroup import ContainerRef, cgroup_lines, parse_cgroup_path
+
+
+def _text(fdp: atheris.FuzzedDataProvider) -> str:
+    return str(fdp.ConsumeUnicodeNoSurrogates(fdp.remaining_bytes()))
+
+
+def stat(fdp: atheris.FuzzedDataProvider) -> None:
+    text = _text(fdp)
+    try:
+        parsed = parse_stat(text)
+    except ValueError:
+        return
+    assert f"({parsed.comm})" in text
+
+
+def cpu_times(fdp: atheris.FuzzedDataProvider) -> None:
+    try:
+        times = parse_cpu_times(_text(fdp))
+    except ValueError:
+        return
+    assert times.ncpu >= 1
+
+
+def cgroup(fdp: atheris.FuzzedDataProvider) -> None:
+    for path in cgroup_lines(_text(fdp)):
+        ref = parse_cgroup_path(path)
+        assert ref is None or isinstance(ref, ContainerRef)
+        if ref is not None and ref.container_id:
+            assert len(ref.container_id) == 64
+
+
+def duration(fdp: atheris.FuzzedDataProvider) -> None:
+    try:
+        seconds = parse_duration(_text(fdp))
+    except ValueError:
+        return
+    assert seconds > 0 and seconds != float("inf")
+
+
+def listen(fdp: atheris.FuzzedDataProvider) -> None:
+    try:
+        _host, port = parse_listen_address(_text(fdp))
+    except ValueError:
+        return
+    assert 0 <= port <= 65535
+
+
+def idle_power(fdp: atheris.FuzzedDataProvider) -> None:
+    try:
+        IdlePower.parse(_text(fdp))
+    except ValueError:
+        return
+
+
+def http_head(fdp: atheris.FuzzedDataProvider) -> None:
+    try:
+        req = parse_head(fdp.ConsumeBytes(fdp.remaining_bytes()))
+    except HttpError as exc:
+        assert exc.status in (400, 431, 505)
+        return
+    assert req.path.startswith("/")
+
+
+def authorization(fdp: atheris.FuzzedDataProvider) -> None:
+    parsed = parse_basic(_text(fdp))
+    assert parsed is None or isinstance(parsed[1], bytes)
+
+
+def web_config(fdp: atheris.FuzzedDataProvider) -> None:
+    try:
+        parse_web_config(_text(fdp), Path("/etc/wattprobe"))
+    except WebConfigError as exc:
+        assert "\n" not in str(exc)
+
+
+def counter(fdp: atheris.FuzzedDataProvider) -> None:
+    prev = fdp.ConsumeIntInRange(0, 2**64)
+    cur = fdp.ConsumeIntInRange(0, 2**64)
+    max_range = fdp.ConsumeIntInRange(0, 2**64) if fdp.ConsumeBool() else None
+    dt = fdp.ConsumeFloatInRange(1e-4, 3600.0)
+    delta = counter_delta_uj(prev, cur, max_range, dt)
+    assert delta is None or 0 <= delta <= MAX_PLAUSIBLE_POWER_W * max(dt, 1e-3) * 1e6
+
+
+TARGETS: list[Callable[[atheris.FuzzedDataProvider], None]] = [
+    stat,
+    cpu_times,
+    cgroup,
+    duration,
+    listen,
+    idle_power,
+    http_head,
+    authorization,
+    web_config,
+    counter,
+]
+
+
+def one_input(data: bytes) -> None:
+    if not data:
+        return
+    TARGETS[data[0] % len(TARGETS)](atheris.FuzzedDataProvider(data[1:]))
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SEEDS: dict[Callable[[atheris.FuzzedDataProvider], None], list[bytes]] = {
+    duration: [b"5s", b"1m30s", b"500ms", b"2.5"],
+    listen: [b":28390", b"127.0.0.1:9000", b"[::1]:9000"],
+    idle_power: [b"auto", b"12.5", b"package=20,dram=3W,*=1"],
+    http_head: [
+        b"GET /metrics HTTP/1.1\r\nHost: node:28390\r\nAccept-Encoding: gzip\r\n",
+        b"HEAD http://node/metrics?x=1 HTTP/1.0\nConnection: keep-alive\nContent-Length: 0",
+    ],
+    authorization: [b"Basic dTpw", b"basic  YWxpY2U6c2VjcmV0"],
+    web_config: [
+        b"tls_server_config:\n  cert_file: a.crt\n  key_file: a.key\n"
+        b"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n"
+        b"  min_version: TLS13\n  cipher_suites: [TLS_AES_128_GCM_SHA256]\n"
+        b"http_server_config:\n  headers:\n    X-Frame-Options: deny\n"
+        b"basic_auth_users:\n  u: $2y$10$mDwo.lAisC94iLAyP81MCesa29IzH37oigHC/42V2pdJlUprsJPze\n",
+    ],
+}
+
+
+def write_seeds(directory: Path) -> int:
+    """A seed corpus from the fixture trees and typical values, one file per seed."""
+    directory.mkdir(parents=True, exist_ok=True)
+    seeds = {k: list(v) for k, v in SEEDS.items()}
+    seeds[stat] = [p.read_bytes() for p in sorted((FIXTURES / "proc").glob("*/stat"))]
+    seeds[cpu_times] = [(FIXTURES / "proc" / "stat").read_bytes()]
+    seeds[cgroup] = [p.read_bytes() for p in sorted((FIXTURES / "proc").glob("*/cgroup"))]
+    count = 0
+    for target, samples in seeds.items():
+        for sample in samples:
+            (directory / f"seed-{count:04d}").write_bytes(bytes([TARGETS.index(target)]) + sample)
+            count += 1
+    return count
+
+
+def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--seeds":
+        print(f"wrote {write_seeds(Path(sys.argv[2]))} seeds to {sys.argv[2]}")
+        return
+    atheris.Setup(sys.argv, one_input)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()

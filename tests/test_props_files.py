@@ -1,0 +1,52 @@
+"""Properties of sysfs number reading: numbers round-trip, everything else is refused."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from exporter.sources.files import read_int, reason_for
+from tests.props import PROPERTY
+
+_DIR = Path(tempfile.mkdtemp(prefix="wattprobe-props-"))
+_ASCII_NUMBER = re.compile(r"^[ \t\r\n]*[0-9]+[ \t\r\n]*$")
+
+
+def _write(content: str) -> str:
+    path = _DIR / "value"
+    path.write_text(content, encoding="utf-8")
+    return str(path)
+
+
+@PROPERTY
+@given(
+    st.integers(min_value=0, max_value=2**128),
+    st.sampled_from(["", "\n", " \n", "\t", "\n\n"]),
+)
+def test_numbers_round_trip(value: int, tail: str) -> None:
+    assert read_int(_write(f"{value}{tail}")) == value
+
+
+@PROPERTY
+@given(st.text(max_size=40))
+@example("\u0663")  # ARABIC-INDIC DIGIT THREE: str.isdigit() and int() accept it
+@example("1_000")  # int() accepts underscores
+@example("+5")
+@example("-0")
+@example("")
+@example("0\x1f")  # str.strip() takes \x1c-\x1f as whitespace (found at 5000 examples)
+def test_anything_else_is_refused(text: str) -> None:
+    path = _write(text)
+    if _ASCII_NUMBER.match(text):
+        assert read_int(path) == int(text)
+        return
+    try:
+        value = read_int(path)
+    except ValueError as exc:
+        assert reason_for(exc) == "unparsable value"
+        return
+    raise AssertionError(f"{text!r} read as {value}")
