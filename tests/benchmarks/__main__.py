@@ -10,6 +10,8 @@ The benchmarks (each module says how it measures):
 - collection (collection.py): Monitor.step CPU per interval at 1k/5k/20k processes vs the floor;
 - serving (serving.py): steady CPU and RSS of `wattprobe serve` on the synthetic node, exposition
   size and series per pod, scrape latency under 4 scrapers beside node_exporter;
+- live (serving.py, livenode.py): serve with eBPF and with /proc side by side on this machine's
+  real /proc made as busy as the synthetic node (5,000 processes in real pod cgroups);
 - memory (bcc_memory.py): RSS with and without eBPF, and with the compile kept in a child;
 - nvml (nvml_bench.py) and ebpf (ebpf_bench.py, when that branch is in): their own figures.
 """
@@ -29,7 +31,7 @@ from tests.benchmarks.common import Context, Section
 
 log = logging.getLogger("tests.benchmarks")
 
-ALL = ("collection", "serving", "memory", "nvml", "ebpf")
+ALL = ("collection", "serving", "live", "memory", "nvml", "ebpf")
 
 NOTES = """\
 - The synthetic node (tests/benchmarks/synthetic.py) is procfs/sysfs/cgroup trees on tmpfs in
@@ -60,6 +62,7 @@ def _sections(args: argparse.Namespace, ctx: Context, log_dir: Path) -> list[Sec
             ),
             log_dir,
         ),
+        "live": lambda: [serving.live(ctx, args.live_seconds, log_dir)],
         "memory": lambda: [_memory()],
         "nvml": lambda: [plugins.nvml(args.nvml_repeat)],
         "ebpf": lambda: [s for s in [plugins.ebpf()] if s is not None],
@@ -97,6 +100,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="sleeping processes added to this machine's /proc for the live measurement (0: none)",
     )
     parser.add_argument("--steady-seconds", type=float, default=180.0)
+    parser.add_argument(
+        "--live-seconds",
+        type=float,
+        default=90.0,
+        help="window of the side-by-side eBPF and /proc exporters on this machine",
+    )
     parser.add_argument("--requests", type=int, default=300, help="per scraper and target")
     parser.add_argument("--scrape-rounds", type=int, default=4)
     parser.add_argument("--nvml-repeat", type=int, default=500)
@@ -106,6 +115,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.quick:
         args.scales, args.rounds, args.live_processes = [500, 2000], 3, 500
         args.steady_seconds, args.requests, args.scrape_rounds = 20.0, 40, 2
+        args.live_seconds = 20.0
         args.nvml_repeat = 50
     return args
 

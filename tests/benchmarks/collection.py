@@ -13,19 +13,16 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import signal
-import subprocess
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from exporter.config import ActivitySource, Config, PodSource
 from exporter.monitor import Monitor
 from exporter.runtime import tune_for_serving
 from exporter.wiring import build_monitor
 from tests.benchmarks.common import Context, Figure, Section, config_for, machine_load, median
+from tests.benchmarks.livenode import sleepers
 from tests.benchmarks.synthetic import HostShape, SyntheticHost
 
 COMMAND = "python -m tests.benchmarks --only collection"
@@ -139,33 +136,10 @@ def measure_rounds(
     )
 
 
-@contextmanager
-def sleepers(count: int, scratch: Path) -> Iterator[None]:
-    """`count` sleeping processes on this machine (tests/benchmarks/sleepers.c) while the block
-    runs; they are killed with their process group after it."""
-    binary = scratch / "sleepers"
-    subprocess.run(
-        ["gcc", "-O2", "-o", str(binary), str(Path(__file__).with_name("sleepers.c"))],
-        check=True,
-        capture_output=True,
-    )
-    proc = subprocess.Popen(
-        [str(binary), str(count)], stdout=subprocess.PIPE, start_new_session=True
-    )
-    try:
-        assert proc.stdout is not None
-        if proc.stdout.readline().strip() != b"ready":
-            raise RuntimeError(f"sleepers exited with {proc.wait()}")
-        yield
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
 def measure_live(ctx: Context, count: int, rounds: int) -> Scale:
     """On this machine's /proc with `count` extra sleeping processes: the kernel formats every
     stat file it is asked for, which costs more than reading the synthetic node's tmpfs."""
-    with sleepers(count, ctx.scratch):
+    with sleepers(count, ctx.scratch):  # asleep: their stat files never change
         monitor = build_monitor(
             Config(
                 activity_source=ActivitySource.PROCFS,

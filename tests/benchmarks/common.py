@@ -146,9 +146,12 @@ class Context:
         os.environ[EVENT_POLL_ENV] = str(FAKE_EVENT_POLL_MS)
 
     def exporter_env(self, host: SyntheticHost) -> dict[str, str]:
+        return self.exporter_env_for(host.scenario_path)
+
+    def exporter_env_for(self, scenario: Path) -> dict[str, str]:
         return {
             "LD_LIBRARY_PATH": str(self.nvml_dir),
-            SCENARIO_ENV: str(host.scenario_path),
+            SCENARIO_ENV: str(scenario),
             # no XID events come: the fake's event wait sleeps to its timeout like the driver
             EVENT_POLL_ENV: str(FAKE_EVENT_POLL_MS),
         }

@@ -261,25 +261,7 @@ class SyntheticHost:
             write_atomic(d / "cgroup.procs", "".join(f"{pid}\n" for pid in sorted(pids)))
 
     def _write_scenario(self) -> None:
-        values = {
-            k: v
-            for k, v in parse_scenario(NVML_FIXTURE.read_text()).items()
-            if ".proc." not in k and ".putil." not in k
-        }
-        scenario = Scenario(self.scenario_path, values)
-        for gpu in range(scenario.gpu_count()):
-            pids = [self.gpu_pids[gpu]] if gpu < len(self.gpu_pids) else []
-            if gpu == 0 and len(self.gpu_pids) > scenario.gpu_count():
-                pids.append(self.gpu_pids[-1])
-            for n, pid in enumerate(pids):
-                scenario[f"gpu.{gpu}.proc.{n}.pid"] = pid
-                scenario[f"gpu.{gpu}.proc.{n}.memory"] = (n + 1) * 8 << 30
-                scenario[f"gpu.{gpu}.putil.{n}.pid"] = pid
-                scenario[f"gpu.{gpu}.putil.{n}.sm"] = 60 // (n + 1)
-                scenario[f"gpu.{gpu}.putil.{n}.mem"] = 30 // (n + 1)
-            scenario[f"gpu.{gpu}.util.gpu"] = 90 if pids else 0
-        scenario.write()
-        self._scenario = scenario
+        self._scenario = gpu_scenario(self.scenario_path, self.gpu_pids)
 
     # -- one interval of activity ---------------------------------------------------------------
 
@@ -385,6 +367,30 @@ class SyntheticHost:
             f"({self.shape.containers} containers + pause)), {self.shape.ncpu} CPUs, "
             f"{self.scenario.gpu_count()} GPUs"
         )
+
+
+def gpu_scenario(path: Path, gpu_pids: list[int]) -> Scenario:
+    """The 8 x H100 fixture scenario with one process per GPU (the given PIDs, in order) and,
+    when there is one more PID, a second process time-sliced on GPU 0; written to path."""
+    values = {
+        k: v
+        for k, v in parse_scenario(NVML_FIXTURE.read_text()).items()
+        if ".proc." not in k and ".putil." not in k
+    }
+    scenario = Scenario(path, values)
+    for gpu in range(scenario.gpu_count()):
+        pids = [gpu_pids[gpu]] if gpu < len(gpu_pids) else []
+        if gpu == 0 and len(gpu_pids) > scenario.gpu_count():
+            pids.append(gpu_pids[-1])
+        for n, pid in enumerate(pids):
+            scenario[f"gpu.{gpu}.proc.{n}.pid"] = pid
+            scenario[f"gpu.{gpu}.proc.{n}.memory"] = (n + 1) * 8 << 30
+            scenario[f"gpu.{gpu}.putil.{n}.pid"] = pid
+            scenario[f"gpu.{gpu}.putil.{n}.sm"] = 60 // (n + 1)
+            scenario[f"gpu.{gpu}.putil.{n}.mem"] = 30 // (n + 1)
+        scenario[f"gpu.{gpu}.util.gpu"] = 90 if pids else 0
+    scenario.write()
+    return scenario
 
 
 def _kernel_comm(i: int, ncpu: int) -> str:
