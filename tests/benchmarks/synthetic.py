@@ -100,6 +100,7 @@ class HostShape:
     kernel_share: float = 0.12  # kernel threads (a 64-CPU node has several hundred)
     system_share: float = 0.06  # host processes outside any pod
     busy_share: float = 0.3  # processes whose CPU time moves in an interval
+    utilisation: float = 0.5  # of the node's CPUs, used by those processes on average
     churn_share: float = 0.01  # container processes that exit and are replaced per interval
     seed: int = 8
 
@@ -278,17 +279,20 @@ class SyntheticHost:
         self.uptime_ticks += ticks
         self._churn(max(1, round(shape.processes * shape.churn_share)))
         live = list(self.processes.values())
+        ran = rng.sample(live, k=max(1, round(len(live) * shape.busy_share)))
+        capacity = round(seconds * TICKS_PER_S * shape.ncpu)
+        # the processes that ran share what the node's CPUs had: `utilisation` of it on average
+        mean = max(2, round(capacity * shape.utilisation / len(ran)))
         busy_ticks = 0
-        for p in rng.sample(live, k=max(1, round(len(live) * shape.busy_share))):
-            du = rng.randrange(1, ticks)
-            ds = rng.randrange(0, ticks // 5 + 1)
+        for p in ran:
+            du = rng.randrange(1, 2 * mean)
+            ds = du // 5
             if p.kernel:
                 du, ds = 0, du // 4 + 1
             p.utime += du
             p.stime += ds
             busy_ticks += du + ds
             self._write_stat(p)
-        capacity = round(seconds * TICKS_PER_S * shape.ncpu)
         self.fixture.add_cpu_ticks(busy=busy_ticks, idle=max(capacity - busy_ticks, 0))
         fixture = self.fixture
         for device, watts in (
