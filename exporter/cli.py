@@ -35,6 +35,7 @@ from exporter.config import (
     parse_listen_address,
 )
 from exporter.progress import progress_for
+from exporter.runtime import tune_for_serving
 from exporter.server import Health, make_server
 from exporter.web.config import WebConfigError
 from exporter.web.http import HttpLimits
@@ -356,6 +357,7 @@ def run_server(config: Config, web: LiveWebConfig | None = None) -> None:
     except StartupError as exc:
         progress.close()
         raise click.ClickException(str(exc)) from None
+    tune_for_serving()
     stop = threading.Event()
     last_step = [time.monotonic()]
 

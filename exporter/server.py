@@ -22,10 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
 from exporter import __version__
 from exporter.collector import SnapshotCollector
+from exporter.exposition import TextRenderer
 from exporter.snapshot import Snapshot
 from exporter.web.config import WebConfigError
 from exporter.web.http import (
@@ -61,13 +62,14 @@ class ExpositionCache:
         self._gzipped = b""
         self._registry.register(_Pinned(self))
         self._pinned: Snapshot | None = None
+        self._renderer = TextRenderer()  # generate_latest's output, label sets formatted once
 
     def get(self, want_gzip: bool) -> bytes:
         snap = self._snapshot()
         with self._lock:
             if self._key != snap.sequence or not self._plain:
                 self._pinned = snap
-                self._plain = generate_latest(self._registry)
+                self._plain = self._renderer.render(self._registry.collect())
                 self._gzipped = gzip.compress(self._plain, compresslevel=1)
                 self._key = snap.sequence
             return self._gzipped if want_gzip else self._plain

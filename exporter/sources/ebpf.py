@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import importlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -19,6 +18,7 @@ from typing import Any
 
 from exporter.config import GpuIoctls
 from exporter.readings import MapStats, SourceError, TaskSample
+from exporter.sources import bpf_maps
 from exporter.sources.ebpf_accounting import (
     Accounting,
     KernelExited,
@@ -28,13 +28,13 @@ from exporter.sources.ebpf_accounting import (
     ProcInfo,
     RunningSlice,
 )
+from exporter.sources.ebpf_child import load_in_child
 from exporter.sources.ebpf_load import (
     NO_CGROUP2,
     NOT_LIVE_PROCFS,
     Loaded,
     LoadInfo,
     gpu_device_nodes,
-    load,
 )
 from exporter.sources.procfs import CLOCK_TICKS, PF_KTHREAD, parse_stat
 from exporter.workloads.cgroup_ids import CgroupIdIndex, find_v2_root
@@ -125,7 +125,6 @@ class EbpfSource:
         cgroupns_root: str = HOST_ROOT,
     ) -> None:
         self._bpf = loaded.bpf
-        self._libbcc = importlib.import_module("bcc.libbcc").lib
         self.info: LoadInfo = loaded.info
         self._tasks = self._bpf[b"tasks"]
         self._exited = self._bpf[b"exited"]
@@ -171,7 +170,8 @@ class EbpfSource:
             ioctls = bool(gpu_device_nodes())
         else:
             ioctls = gpu_ioctls is GpuIoctls.ON
-        loaded = load(kernel_headers, ioctls=ioctls, raw_switch=raw_switch)
+        # compiled in a child: LLVM never enters this long-lived process (ebpf_child.py)
+        loaded = load_in_child(kernel_headers, ioctls=ioctls, raw_switch=raw_switch)
         index = CgroupIdIndex(root)
         index.walk()
         log.info("eBPF activity source loaded: %s; cgroup v2 at %s", loaded.info.describe(), root)
@@ -291,9 +291,9 @@ class EbpfSource:
             leaf.cgroup_id = cgroup_id
             key = self._tasks.Key(tgid)
             # BPF_NOEXIST: if the kernel made the entry meanwhile, its counts stay
-            fd = self._tasks.map_fd
-            if self._libbcc.bpf_update_elem(fd, ctypes.byref(key), ctypes.byref(leaf), 1) == 0:
-                self._created += 1
+            with contextlib.suppress(OSError):  # full, or gone: the next interval retries
+                if bpf_maps.update(self._tasks.map_fd, key, leaf, bpf_maps.BPF_NOEXIST):
+                    self._created += 1
 
     def _counters(self) -> list[int]:
         """The stats map, summed over CPUs."""

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from exporter.readings import CpuTimes, SourceError, TaskSample
 from exporter.sources.files import short_error as _short
-from exporter.workloads.cgroupns import HOST_ROOT, to_host_file
+from exporter.sources.procscan import RECHECK_EVERY, ProcScanner
+from exporter.workloads.cgroupns import HOST_ROOT
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +77,22 @@ class ProcfsSource:
 
     name = "procfs"
 
-    def __init__(self, procfs: Path, cgroup_namespace_root: str = HOST_ROOT) -> None:
+    def __init__(
+        self,
+        procfs: Path,
+        cgroup_namespace_root: str = HOST_ROOT,
+        recheck_every: int = RECHECK_EVERY,
+    ) -> None:
         self.procfs = procfs
         self._root = str(procfs)
-        # host path of this process's cgroup namespace root (exporter.workloads.cgroupns)
-        self._cgroupns_root = cgroup_namespace_root
+        self._scanner = ProcScanner(
+            self._root,
+            parse_stat=parse_stat,
+            kthread_flag=PF_KTHREAD,
+            ticks_per_second=CLOCK_TICKS,
+            recheck_every=recheck_every,
+            cgroup_namespace_root=cgroup_namespace_root,
+        )
 
     def cpu_times(self) -> CpuTimes:
         try:
@@ -90,36 +102,9 @@ class ProcfsSource:
             raise SourceError("read error", f"{self._root}/stat: {_short(exc)}") from exc
 
     def tasks(self) -> list[TaskSample]:
-        """One sample per live process. Processes that exit while being read are skipped."""
-        try:
-            names = os.listdir(self._root)
-        except OSError as exc:
-            raise SourceError("read error", f"cannot list {self._root}: {_short(exc)}") from exc
-        samples: list[TaskSample] = []
-        for name in names:
-            if not name.isdigit():
-                continue
-            base = f"{self._root}/{name}"
-            try:
-                # comm is any 15 bytes but NUL (prctl PR_SET_NAME): bytes that are not UTF-8
-                # must not hide a process from attribution, so they decode as U+FFFD
-                with open(f"{base}/stat", encoding="utf-8", errors="replace") as f:
-                    stat = parse_stat(f.read())
-                with open(f"{base}/cgroup", encoding="utf-8", errors="replace") as f:
-                    cgroup = to_host_file(f.read(), self._cgroupns_root)
-            except (FileNotFoundError, ProcessLookupError):
-                continue  # exited between listing and reading
-            except (OSError, ValueError) as exc:
-                log.debug("skipping %s: %s", base, exc)
-                continue
-            samples.append(
-                TaskSample(
-                    key=(stat.pid, stat.start_ticks),
-                    pid=stat.pid,
-                    comm=stat.comm,
-                    cgroup=cgroup,
-                    kernel_thread=bool(stat.flags & PF_KTHREAD),
-                    cpu_seconds=(stat.utime_ticks + stat.stime_ticks) / CLOCK_TICKS,
-                )
-            )
-        return samples
+        """One sample per live process. Processes that exit while being read are skipped.
+
+        Incremental (exporter/sources/procscan.py): unchanged processes are not parsed again and
+        cgroup files are read for new and exec'd processes, and rechecked every few intervals.
+        """
+        return self._scanner.scan()

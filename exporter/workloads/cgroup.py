@@ -14,7 +14,7 @@ Processes outside any container are "system_processes"; kernel threads "kernel_p
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 SYSTEM_PROCESSES = "system_processes"
@@ -46,6 +46,20 @@ class ContainerRef:
     runtime: str = ""
     qos: str = ""  # guaranteed, burstable, besteffort for pods
     pseudo: str = ""  # system_processes, kernel_processes, or ""
+    # Computed once: refs key the per-task and per-container maps of every interval (tens of
+    # thousands of lookups), and the generated __hash__ would rebuild a tuple for each.
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        fields = (self.container_id, self.pod_uid, self.runtime, self.qos, self.pseudo)
+        object.__setattr__(self, "_hash", hash(fields))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[ContainerRef], tuple[str, str, str, str, str]]:
+        # str hashes differ between processes: an unpickled ref computes its own
+        return ContainerRef, (self.container_id, self.pod_uid, self.runtime, self.qos, self.pseudo)
 
     @property
     def name_hint(self) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 SOURCE = Path(__file__).with_name("fake_nvml.c")
 LIBRARY = "libnvidia-ml.so.1"
 SCENARIO_ENV = "WATTPROBE_FAKE_NVML_SCENARIO"
+EVENT_POLL_ENV = "WATTPROBE_FAKE_NVML_EVENT_POLL_MS"  # how often a waiting event wait polls
 
 
 def build_fake_nvml(dest: Path, gcc: str = "gcc") -> Path:

@@ -31,6 +31,7 @@
  *     max_mig mig_handle events register_events
  *   event.E.gpu, event.E.xid: XID events, delivered in order to event sets created before
  *     they appeared in the file (as the real driver only reports events after registration)
+ * A waiting nvmlEventSetWait polls the file every 10 ms ($WATTPROBE_FAKE_NVML_EVENT_POLL_MS).
  * A value key that is missing makes its function return NVML_ERROR_NOT_SUPPORTED.
  */
 #define _GNU_SOURCE
@@ -240,6 +241,16 @@ static int event_count(void) {
     int i = 0;
     while (vget("event.%d.xid", i) != NULL) i++;
     return i;
+}
+
+/* How often a waiting nvmlEventSetWait looks at the scenario for new events: 10 ms, or
+ * $WATTPROBE_FAKE_NVML_EVENT_POLL_MS. The real driver sleeps in the kernel until an event or the
+ * timeout; benchmarks set a poll longer than the exporter's wait so that the fake does too and
+ * its polling is not counted as the exporter's CPU time. */
+static unsigned long long event_poll_usec(void) {
+    const char *text = getenv("WATTPROBE_FAKE_NVML_EVENT_POLL_MS");
+    unsigned long long ms = text ? strtoull(text, NULL, 10) : 0;
+    return (ms ? ms : 10ULL) * 1000ULL;
 }
 
 static unsigned long long now_usec(void) {
@@ -820,7 +831,8 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
         pthread_mutex_unlock(&lock);
         unsigned long long now = now_usec();
         if (now >= deadline) return NVML_ERROR_TIMEOUT;
-        unsigned long long nap = deadline - now < 10000ULL ? deadline - now : 10000ULL;
+        unsigned long long poll = event_poll_usec();
+        unsigned long long nap = deadline - now < poll ? deadline - now : poll;
         usleep((useconds_t)nap);
         pthread_mutex_lock(&lock);
     }

@@ -1,0 +1,138 @@
+"""Run every benchmark, print a table, rewrite docs/benchmarks.md (`make bench`).
+
+    python -m tests.benchmarks                      # everything (about 10 minutes), as root
+    python -m tests.benchmarks --only collection    # one or more of: collection serving memory
+                                                    # nvml ebpf
+    python -m tests.benchmarks --steady-seconds 600 # a longer steady-state window
+    python -m tests.benchmarks --quick --no-write   # a smoke run: small and short, no doc
+
+The benchmarks (each module says how it measures):
+- collection (collection.py): Monitor.step CPU per interval at 1k/5k/20k processes vs the floor;
+- serving (serving.py): steady CPU and RSS of `wattprobe serve` on the synthetic node, exposition
+  size and series per pod, scrape latency under 4 scrapers beside node_exporter;
+- live (serving.py, livenode.py): serve with eBPF and with /proc side by side on this machine's
+  real /proc made as busy as the synthetic node (5,000 processes in real pod cgroups);
+- memory (bcc_memory.py): RSS with and without eBPF, and with the compile kept in a child;
+- nvml (nvml_bench.py) and ebpf (ebpf_bench.py, when that branch is in): their own figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.benchmarks import collection, plugins, report, serving
+from tests.benchmarks.common import Context, Section
+
+log = logging.getLogger("tests.benchmarks")
+
+ALL = ("collection", "serving", "live", "memory", "nvml", "ebpf")
+
+NOTES = """\
+- The synthetic node (tests/benchmarks/synthetic.py) is procfs/sysfs/cgroup trees on tmpfs in
+  the kernel's formats: kernel threads, host services, and per pod a pause process plus its app
+  containers' processes, in the cgroup layouts of the systemd driver (containerd, CRI-O,
+  cri-dockerd; cgroup v2) and the cgroupfs driver (containerd; cgroup v1); RAPL and hwmon from
+  tests/fixtures/sys; the 8 x H100 NVML scenario with a pod on every GPU. Between intervals 30 %
+  of the processes run and 1 % exit and are replaced.
+- Reading tmpfs is cheaper than reading the real /proc (the kernel formats each stat file on
+  read), so the absolute floors here are lower than on a node; the ratios to the floor are what
+  carries over.
+- CPU figures are CPU time (not wall time) of the measured thread or process, so waiting for a
+  CPU on the shared machine is not counted; cache and memory-bandwidth contention from the other
+  jobs is, and makes every figure here an upper bound."""
+
+
+def _sections(args: argparse.Namespace, ctx: Context, log_dir: Path) -> list[Section]:
+    steps: dict[str, Callable[[], list[Section]]] = {
+        "collection": lambda: [
+            collection.run(ctx, tuple(args.scales), args.rounds, args.live_processes)
+        ],
+        "serving": lambda: serving.run(
+            ctx,
+            serving.ServingOptions(
+                steady_s=args.steady_seconds,
+                requests=args.requests,
+                rounds=args.scrape_rounds,
+            ),
+            log_dir,
+        ),
+        "live": lambda: [serving.live(ctx, args.live_seconds, log_dir)],
+        "memory": lambda: [_memory()],
+        "nvml": lambda: [plugins.nvml(args.nvml_repeat)],
+        "ebpf": lambda: [s for s in [plugins.ebpf()] if s is not None],
+    }
+    out: list[Section] = []
+    for name in args.only:
+        log.warning("running %s", name)
+        got = steps[name]()
+        for section in got:
+            print(f"\n== {section.title}\n{report.table([section])}", flush=True)
+        out += got
+    return out
+
+
+def _memory() -> Section:
+    from tests.benchmarks import bcc_memory  # noqa: PLC0415 (needs root; imported when run)
+
+    return bcc_memory.run()
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks", description=__doc__)
+    parser.add_argument("--only", nargs="+", choices=ALL, default=list(ALL))
+    parser.add_argument(
+        "--scales",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[1000, 5000, 20000],
+        help="process counts of the collection benchmark (comma-separated)",
+    )
+    parser.add_argument("--rounds", type=int, default=12, help="collection rounds per scale")
+    parser.add_argument(
+        "--live-processes",
+        type=int,
+        default=5000,
+        help="sleeping processes added to this machine's /proc for the live measurement (0: none)",
+    )
+    parser.add_argument("--steady-seconds", type=float, default=180.0)
+    parser.add_argument(
+        "--live-seconds",
+        type=float,
+        default=90.0,
+        help="window of the side-by-side eBPF and /proc exporters on this machine",
+    )
+    parser.add_argument("--requests", type=int, default=300, help="per scraper and target")
+    parser.add_argument("--scrape-rounds", type=int, default=4)
+    parser.add_argument("--nvml-repeat", type=int, default=500)
+    parser.add_argument("--quick", action="store_true", help="small and short: a smoke run")
+    parser.add_argument("--no-write", action="store_true", help="leave docs/benchmarks.md alone")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.scales, args.rounds, args.live_processes = [500, 2000], 3, 500
+        args.steady_seconds, args.requests, args.scrape_rounds = 20.0, 40, 2
+        args.live_seconds = 20.0
+        args.nvml_repeat = 50
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    with Context.create() as ctx, tempfile.TemporaryDirectory() as logs:
+        sections = _sections(args, ctx, Path(logs))
+    print("\n== all figures\n" + report.table(sections))
+    command = " ".join(["python -m tests.benchmarks", *map(shlex.quote, argv)])
+    if not args.no_write:
+        report.DOC.write_text(report.markdown(sections, command, NOTES))
+        print(f"\nwrote {report.DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
