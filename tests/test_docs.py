@@ -11,6 +11,7 @@ from types import ModuleType
 
 import pytest
 
+from tests.benchmarks.report import recorded_elsewhere
 from tests.running import REPO
 
 DOCS = REPO / "docs"
@@ -61,3 +62,14 @@ def test_relative_links_resolve(path: Path) -> None:
         if not (path.parent / target.split("#")[0]).exists():
             broken.append(target)
     assert not broken, f"{path.name} links to missing files: {broken}"
+
+
+def test_benchmarks_md_leads_to_every_benchmark_record() -> None:
+    """docs/benchmarks.md is where figures are looked up: it links every benchmarks-*.md, and
+    the harness writes the same list (tests/benchmarks/report.py)."""
+    docs = REPO / "docs"
+    text = (docs / "benchmarks.md").read_text()
+    records = sorted(p.name for p in docs.glob("benchmarks-*.md"))
+    assert records, "the topic benchmark records are under docs/"
+    assert [r for r in records if f"]({r})" not in text] == []
+    assert "\n".join(recorded_elsewhere()) in text

@@ -69,6 +69,23 @@ def _figures(figures: Sequence[Figure]) -> list[str]:
     return out
 
 
+def recorded_elsewhere() -> list[str]:
+    """Links to the benchmark records `make bench` does not rewrite (runs too long for it, or
+    written by their own commands), so that benchmarks.md is the one place to start from."""
+    lines = [
+        "## Recorded elsewhere",
+        "",
+        "Runs that `make bench` does not repeat (too long, or run by their own command); each "
+        "file says how it was measured and how to rerun it.",
+        "",
+    ]
+    for path in sorted(DOC.parent.glob("benchmarks-*.md")):
+        first = path.read_text().split("\n", 1)[0]
+        title = first.lstrip("# ").strip() or path.stem
+        lines.append(f"- [{title}]({path.name})")
+    return lines
+
+
 def markdown(sections: Sequence[Section], command: str, notes: str) -> str:
     targets = [f for s in sections for f in s.figures if f.met is not None]
     lines = [
@@ -102,6 +119,7 @@ def markdown(sections: Sequence[Section], command: str, notes: str) -> str:
         reruns = sorted({f.rerun for f in s.figures if f.rerun})
         if reruns:
             lines += ["", "Rerun: " + ", ".join(f"`{r}`" for r in reruns) + "."]
+    lines += ["", *recorded_elsewhere()]
     if notes:
         lines += ["", "## Notes", "", notes]
     return "\n".join(lines) + "\n"
