@@ -3,11 +3,15 @@ part skips locally and fails in CI)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from exporter.readings import SourceError
 from exporter.sources.ebpf_load import find_tracefs
 from exporter.sources.kheaders import find_kernel_headers
 from tests.kubecgroups import v2_root
 from tests.realparts import missing, require_root
+from tests.running import REPO
 
 
 def require_ebpf() -> None:
@@ -23,3 +27,21 @@ def require_ebpf() -> None:
     except SourceError as exc:
         missing(f"{exc.reason}: {exc.detail}")
     v2_root()
+
+
+def explicit_ebpf_refusal(prefix: list[str]) -> str:
+    """`wattprobe serve --activity-source ebpf` run under prefix (setpriv, unshare, ...) where the
+    probes cannot load: it must exit 1 with one line, which is returned."""
+    serve = ["serve", "--activity-source", "ebpf", "--web.listen-address", "127.0.0.1:0"]
+    done = subprocess.run(
+        [*prefix, sys.executable, "-m", "exporter", *serve],
+        cwd=REPO,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]

@@ -78,10 +78,10 @@ def kube_container(qos: str = "burstable") -> Iterator[KubeContainer]:
         yield KubeContainer(root, scope, pod_uid, container_id)
     finally:
         for d in reversed(made):
-            _empty_and_remove(d)
+            empty_and_remove(d)
 
 
-def _empty_and_remove(d: Path, timeout_s: float = 10.0) -> None:
+def empty_and_remove(d: Path, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         with contextlib.suppress(OSError, ValueError):

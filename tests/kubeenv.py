@@ -86,6 +86,20 @@ class KubeNode:
         ]
 
 
+def apiserver_args(url: str, *, podresources_socket: str = "none") -> list[str]:
+    """Flags for names from an apiserver (or MetaServer) at url, for the fixture's node-1."""
+    return [
+        "--kube.pod-source",
+        "apiserver",
+        "--kube.apiserver-url",
+        url,
+        "--kube.node-name",
+        "node-1",
+        "--kube.podresources-socket",
+        podresources_socket,
+    ]
+
+
 def add_nvidia_gpus(host: FixtureHost, bus_ids: tuple[str, ...] = ("0000:3b:00.0",)) -> None:
     """What the NVIDIA driver shows under /proc on a GPU node (PodResources runs only there)."""
     for bus in bus_ids:

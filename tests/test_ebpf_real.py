@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from exporter.sources.ebpf_load import gpu_device_nodes
-from tests.ebpfparts import require_ebpf
+from tests.ebpfparts import explicit_ebpf_refusal, require_ebpf
 from tests.kubecgroups import KubeContainer, kube_container, v2_root
 from tests.realparts import require_binary, require_root
 from tests.running import ExporterProcess, Samples, parse_samples, select, start_exporter
@@ -289,38 +289,9 @@ def test_auto_falls_back_to_procfs_without_privileges(tmp_path: Path) -> None:
     require_root()
     setpriv = require_binary("setpriv")
     no_bpf = [setpriv, "--bounding-set", "-sys_admin,-bpf,-perfmon", "--"]
-    proc = start_exporter(["--interval", INTERVAL], tmp_path, prefix=no_bpf)
-    try:
-        samples = parse_samples(proc.wait_next_interval())
-        ebpf = select(samples, "wattprobe_source_up", source="ebpf")
-        assert ebpf == {frozenset({("source", "ebpf"), ("reason", "permission denied")}): 0.0}
-        assert one(samples, "wattprobe_source_up", source="procfs") == 1.0
-        assert one(samples, CPU, container="system_processes") >= 0
-        warnings = [
-            ln for ln in proc.log().splitlines() if "eBPF activity source unavailable" in ln
-        ]
-        assert len(warnings) == 1 and "using procfs" in warnings[0]
-    finally:
-        proc.stop()
-
-
-def test_explicit_ebpf_without_privileges_exits_with_one_line() -> None:
-    require_root()
-    setpriv = require_binary("setpriv")
-    no_bpf = [setpriv, "--bounding-set", "-sys_admin,-bpf,-perfmon", "--"]
-    serve = ["serve", "--activity-source", "ebpf", "--web.listen-address", "127.0.0.1:0"]
-    done = subprocess.run(
-        [*no_bpf, sys.executable, "-m", "exporter", *serve],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 1
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("wattprobe: error: --activity-source ebpf: permission denied")
-    assert "fix: run as root" in lines[0]
+    line = explicit_ebpf_refusal(no_bpf)
+    assert line.startswith("wattprobe: error: --activity-source ebpf: permission denied")
+    assert "fix: run as root" in line
 
 
 def test_check_reports_ebpf_and_its_headers() -> None:

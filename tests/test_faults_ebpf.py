@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.ebpfparts import require_ebpf
+from tests.ebpfparts import explicit_ebpf_refusal, require_ebpf
 from tests.faults_support import CounterWatch, source_up
 from tests.realparts import require_binary
 from tests.running import REPO, select, start_exporter
@@ -58,20 +58,9 @@ def test_auto_falls_back_to_procfs_and_says_why(tmp_path: Path) -> None:
 
 def test_explicit_ebpf_and_check_name_the_fix() -> None:
     prefix = without_tracefs()
-    serve = ["serve", "--activity-source", "ebpf", "--web.listen-address", "127.0.0.1:0"]
-    done = subprocess.run(
-        [*prefix, sys.executable, "-m", "exporter", *serve],
-        cwd=REPO,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 1
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("wattprobe: error: --activity-source ebpf: no tracefs")
-    assert "fix: mount tracefs" in lines[0]
+    line = explicit_ebpf_refusal(prefix)
+    assert line.startswith("wattprobe: error: --activity-source ebpf: no tracefs")
+    assert "fix: mount tracefs" in line
     check = subprocess.run(
         [*prefix, sys.executable, "-m", "exporter", "check", "--json"],
         cwd=REPO,

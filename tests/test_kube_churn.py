@@ -15,6 +15,7 @@ from tests.conftest import StartExporter
 from tests.fixturehost import FixtureHost
 from tests.kubeenv import (
     add_nvidia_gpus,
+    apiserver_args,
     apiserver_for,
     fixture_pods,
     kube_node,
@@ -194,14 +195,7 @@ def test_apiserver_churn(host: FixtureHost, exporter: StartExporter) -> None:
             *host.args(),
             *FAST,
             *RETENTION,
-            "--kube.pod-source",
-            "apiserver",
-            "--kube.apiserver-url",
-            api.url,
-            "--kube.node-name",
-            "node-1",
-            "--kube.podresources-socket",
-            "none",
+            *apiserver_args(api.url),
         )
         wait_samples(
             exp, lambda s: bool(labels_of(s, "wattprobe_pod_energy_joules_total")), "first pods"

@@ -13,6 +13,7 @@ from tests.kubeenv import (
     GPU0,
     MIG,
     add_nvidia_gpus,
+    apiserver_args,
     apiserver_for,
     as_apiserver_pods,
     fixture_pods,
@@ -127,14 +128,7 @@ def test_apiserver_mode_names(host: FixtureHost, exporter: StartExporter, metase
         exp = exporter(
             *host.args(),
             *FAST,
-            "--kube.pod-source",
-            "apiserver",
-            "--kube.apiserver-url",
-            api.url,
-            "--kube.node-name",
-            "node-1",
-            "--kube.podresources-socket",
-            "",
+            *apiserver_args(api.url, podresources_socket=""),
         )
         samples = wait_samples(exp, all_named, "every container named")
         check_names(samples)  # the static pod too, through its mirror's annotation

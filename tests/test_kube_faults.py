@@ -10,6 +10,7 @@ from tests.fixturehost import FixtureHost
 from tests.kubeenv import (
     GPU0,
     add_nvidia_gpus,
+    apiserver_args,
     apiserver_for,
     as_apiserver_pods,
     fixture_pods,
@@ -118,14 +119,7 @@ def test_apiserver_down_and_watch_expiry(host: FixtureHost, exporter: StartExpor
         exp = exporter(
             *host.args(),
             *FAST,
-            "--kube.pod-source",
-            "apiserver",
-            "--kube.apiserver-url",
-            api.url,
-            "--kube.node-name",
-            "node-1",
-            "--kube.podresources-socket",
-            "none",
+            *apiserver_args(api.url),
         )
         wait_samples(exp, lambda s: nginx(s) == ("shop", "web-7d9c8b6f5-x2k4p", "nginx"), "names")
         lists = api.lists

@@ -10,7 +10,14 @@ from collections.abc import Callable
 from tests.conftest import StartExporter
 from tests.faults_support import CounterWatch
 from tests.fixturehost import FixtureHost
-from tests.kubeenv import apiserver_for, as_apiserver_pods, fixture_pods, source_up, ticking
+from tests.kubeenv import (
+    apiserver_args,
+    apiserver_for,
+    as_apiserver_pods,
+    fixture_pods,
+    source_up,
+    ticking,
+)
 from tests.running import Samples, select
 from tests.test_kube_faults import FAST, nginx
 
@@ -38,14 +45,7 @@ def test_apiserver_faults_keep_names_and_recover(
         exp = exporter(
             *host.args(),
             *FAST,
-            "--kube.pod-source",
-            "apiserver",
-            "--kube.apiserver-url",
-            api.url,
-            "--kube.node-name",
-            "node-1",
-            "--kube.podresources-socket",
-            "none",
+            *apiserver_args(api.url),
         )
         watch = CounterWatch(exp)
 

@@ -16,7 +16,6 @@ directories emptied and removed.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import secrets
 import signal
@@ -28,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.benchmarks.synthetic import HostShape, gpu_scenario
-from tests.kubecgroups import v2_root
+from tests.kubecgroups import empty_and_remove, v2_root
 from tests.realparts import require_binary
 
 QOS = ("guaranteed", "burstable", "besteffort")
@@ -117,25 +116,7 @@ def kube_pods(pods: int, containers: int) -> Iterator[list[Path]]:
         yield scopes
     finally:
         for d in reversed(made):
-            _empty_and_remove(d)
-
-
-def _empty_and_remove(d: Path, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        with contextlib.suppress(OSError, ValueError):
-            for pid in (d / "cgroup.procs").read_text().split():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), signal.SIGKILL)
-        try:
-            d.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            if exc.errno != errno.EBUSY or time.monotonic() > deadline:
-                raise
-        time.sleep(0.05)
+            empty_and_remove(d)
 
 
 def processes_now() -> int:
