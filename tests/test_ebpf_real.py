@@ -289,7 +289,25 @@ def test_auto_falls_back_to_procfs_without_privileges(tmp_path: Path) -> None:
     require_root()
     setpriv = require_binary("setpriv")
     no_bpf = [setpriv, "--bounding-set", "-sys_admin,-bpf,-perfmon", "--"]
-    line = explicit_ebpf_refusal(no_bpf)
+    proc = start_exporter(["--interval", INTERVAL], tmp_path, prefix=no_bpf)
+    try:
+        samples = parse_samples(proc.wait_next_interval())
+        ebpf = select(samples, "wattprobe_source_up", source="ebpf")
+        assert ebpf == {frozenset({("source", "ebpf"), ("reason", "permission denied")}): 0.0}
+        assert one(samples, "wattprobe_source_up", source="procfs") == 1.0
+        assert one(samples, CPU, container="system_processes") >= 0
+        warnings = [
+            ln for ln in proc.log().splitlines() if "eBPF activity source unavailable" in ln
+        ]
+        assert len(warnings) == 1 and "using procfs" in warnings[0]
+    finally:
+        proc.stop()
+
+
+def test_explicit_ebpf_without_privileges_exits_with_one_line() -> None:
+    require_root()
+    setpriv = require_binary("setpriv")
+    line = explicit_ebpf_refusal([setpriv, "--bounding-set", "-sys_admin,-bpf,-perfmon", "--"])
     assert line.startswith("wattprobe: error: --activity-source ebpf: permission denied")
     assert "fix: run as root" in line
 
