@@ -16,6 +16,7 @@ from exporter.monitor import Monitor, MonitorSettings
 from exporter.readings import CpuTimes, MapStats, SourceError, SourceStatus, TaskSample
 from exporter.snapshot import Snapshot
 from exporter.sources import ebpf_load
+from exporter.sources.caps import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN
 from exporter.sources.ebpf import EbpfSource
 from exporter.sources.procfs import ProcfsSource
 from exporter.wiring import StartupError, activity_source
@@ -166,9 +167,9 @@ def status_file(tmp_path: Path, caps: int) -> Path:
 @pytest.mark.parametrize(
     ("caps", "ok"),
     [
-        (1 << ebpf_load.CAP_SYS_ADMIN, True),
-        ((1 << ebpf_load.CAP_BPF) | (1 << ebpf_load.CAP_PERFMON), True),
-        (1 << ebpf_load.CAP_BPF, False),
+        (1 << CAP_SYS_ADMIN, True),
+        ((1 << CAP_BPF) | (1 << CAP_PERFMON), True),
+        (1 << CAP_BPF, False),
         (0, False),
     ],
 )

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from exporter.readings import TaskSample
+from exporter.sources.caps import CAP_SYS_PTRACE
 from exporter.sources.procvis import (
-    CAP_SYS_PTRACE,
     ProcMount,
     VisibleProcfs,
     hidden_reason,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.readings import SourceError
+from exporter.sources.caps import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, SELF_STATUS, effective_caps
 from exporter.sources.kheaders import NO_HEADERS, KernelHeaders, find_kernel_headers
 
 log = logging.getLogger(__name__)
@@ -81,10 +82,6 @@ SEEN_BITS = 16  # the raw sched_switch program's task cache: 65536 slots of 16 b
 RAW = "raw"  # sched_switch attached as a raw tracepoint (4.17+): no argument formatting
 CLASSIC = "classic"  # through tracefs's sched:sched_switch: costs more per context switch
 
-CAP_SYS_ADMIN = 21
-CAP_PERFMON = 38
-CAP_BPF = 39
-
 
 @dataclass(frozen=True)
 class LoadInfo:
@@ -134,10 +131,10 @@ def bpf_source() -> Path:
     raise SourceError(NO_SOURCE, "not found at " + ", ".join(str(c) for c in candidates))
 
 
-def check_privileges(status_path: Path = Path("/proc/self/status")) -> None:
+def check_privileges(status_path: Path = SELF_STATUS) -> None:
     """bpf() and perf_event_open() on tracepoints need CAP_BPF + CAP_PERFMON or CAP_SYS_ADMIN."""
     try:
-        caps = _effective_caps(status_path.read_text())
+        caps = effective_caps(status_path.read_text())
     except (OSError, ValueError) as exc:
         raise SourceError(PERMISSION, f"cannot read capabilities: {exc}") from exc
     has = {c for c in (CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF) if caps & (1 << c)}
@@ -145,13 +142,6 @@ def check_privileges(status_path: Path = Path("/proc/self/status")) -> None:
         return
     who = "root without the needed capabilities" if os.geteuid() == 0 else "not root"
     raise SourceError(PERMISSION, f"{who}: needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN")
-
-
-def _effective_caps(status: str) -> int:
-    for line in status.splitlines():
-        if line.startswith("CapEff:"):
-            return int(line.split()[1], 16)
-    raise ValueError("no CapEff line")
 
 
 def find_tracefs(candidates: tuple[Path, ...] = TRACEFS_DIRS) -> Path:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.readings import SourceError, TaskSample
+from exporter.sources.caps import CAP_SYS_PTRACE, SELF_STATUS, effective_caps
 
-CAP_SYS_PTRACE = 19
 PERMISSION = "permission denied"
 RECHECK_S = 60.0  # mount options change only by a remount: looked at again once a minute
 _NOT_HIDING = ("", "0", "off")
@@ -46,13 +46,6 @@ def parse_mountinfo(text: str, mountpoint: str) -> ProcMount | None:
     return found
 
 
-def effective_caps(status: str) -> int:
-    for line in status.splitlines():
-        if line.startswith("CapEff:"):
-            return int(line.split()[1], 16)
-    return 0
-
-
 def hidden_reason(mount: ProcMount | None, caps: int, groups: Sequence[int]) -> str | None:
     """Why other users' processes are hidden from this process, or None when they are not."""
     if mount is None or mount.hidepid in _NOT_HIDING:
@@ -71,11 +64,15 @@ def hidden_reason(mount: ProcMount | None, caps: int, groups: Sequence[int]) -> 
 def _current_reason(procfs: Path) -> str | None:
     try:
         text = Path("/proc/self/mountinfo").read_text()
-        status = Path("/proc/self/status").read_text()
+        status = SELF_STATUS.read_text()
     except OSError:
         return None  # no way to tell: read as before
+    try:
+        caps = effective_caps(status)
+    except ValueError:
+        caps = 0  # a kernel that shows no CapEff: count on no capability
     mount = parse_mountinfo(text, os.path.realpath(procfs))
-    return hidden_reason(mount, effective_caps(status), [os.getegid(), *os.getgroups()])
+    return hidden_reason(mount, caps, [os.getegid(), *os.getgroups()])
 
 
 class VisibleProcfs:
