@@ -59,7 +59,7 @@ class ExpositionCache:
         self._lock = threading.Lock()
         self._key: int | None = None
         self._plain = b""
-        self._gzipped = b""
+        self._gzipped: bytes | None = None  # made by the first scrape that asks for gzip
         self._registry.register(_Pinned(self))
         self._pinned: Snapshot | None = None
         self._renderer = TextRenderer()  # generate_latest's output, label sets formatted once
@@ -70,9 +70,13 @@ class ExpositionCache:
             if self._key != snap.sequence or not self._plain:
                 self._pinned = snap
                 self._plain = self._renderer.render(self._registry.collect())
-                self._gzipped = gzip.compress(self._plain, compresslevel=1)
+                self._gzipped = None
                 self._key = snap.sequence
-            return self._gzipped if want_gzip else self._plain
+            if not want_gzip:
+                return self._plain
+            if self._gzipped is None:
+                self._gzipped = gzip.compress(self._plain, compresslevel=1)
+            return self._gzipped
 
     def pinned(self) -> Snapshot:
         assert self._pinned is not None

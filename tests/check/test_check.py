@@ -292,18 +292,13 @@ def test_a_failure_without_a_known_fix_still_gets_one(host: FixtureHost) -> None
     assert result.fix == FIX_UNKNOWN
 
 
-# -- sources other branches add --------------------------------------------------------
-# These cases exercise the real eBPF and kubelet entries of `check`. Until those sources are
-# merged they skip, naming what is missing; once merged, remove them from PENDING so that
-# losing the entry fails. When the entry is there, the case runs for real whatever PENDING says,
-# and it fails if the situation it sets up does not make the source fail.
-PENDING: dict[str, str] = {}  # none left: eBPF and the kubelet are merged
+# -- the eBPF and kubelet entries ---------------------------------------------------------
+# These cases exercise the real eBPF and kubelet entries of `check`; each fails if the situation
+# it sets up does not make the source fail, or if the entry is gone.
 
 
 def require_entry(result: Checked, name: str) -> dict[str, Any]:
     if name not in result.names():
-        if name in PENDING:
-            pytest.skip(f"`check` has no {name!r} entry yet: {PENDING[name]} adds it")
         pytest.fail(f"`check` lost its {name!r} entry: {result.names()}")
     return result.source(name)
 
