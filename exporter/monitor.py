@@ -217,7 +217,7 @@ class Monitor:
         for i, source in enumerate(self._power_sources):
             outcome = got[f"power.{i}"]
             power = self._take(source.name, outcome, statuses)
-            readings.extend((r, outcome.stamp) for r in power or ())
+            readings.extend((r, outcome.stamp) for r in power or () if not r.fault)
         if readings:
             self._measured_seen = True
         gpu_reading = None

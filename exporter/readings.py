@@ -24,6 +24,9 @@ class EnergyReading:
     max_energy_uj: int | None = None
     power_w: float | None = None
     max_power_w: float | None = None  # what the domain can plausibly draw; None: the generic bound
+    # Why this domain gave no usable value this interval ("" when it did): a source reports a
+    # domain it knows but could not read, so the fault is visible per device, not just logged.
+    fault: str = ""
 
 
 @dataclass(frozen=True, slots=True)
