@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from exporter.check import KUBERNETES, CheckResult
 from exporter.config import Config, PodSource
 from exporter.readings import SourceError
+from exporter.sourcespec import IDENTITY, KUBERNETES, CheckResult, SourceSpec
 from exporter.workloads.apiserver import ApiserverPodSource
 from exporter.workloads.gpus import is_gpu_resource
 from exporter.workloads.kube import (
@@ -158,3 +158,7 @@ def kube_checks(config: Config, environ: Mapping[str, str] | None = None) -> lis
             )
         )
     return results
+
+
+# pod names and GPU holders: one group, as the configuration decides which sources there are
+SPEC = SourceSpec(name=KUBERNETES, kind=IDENTITY, group_probe=kube_checks)

@@ -23,11 +23,11 @@ from exporter.check import exit_status, run_checks
 from exporter.check_report import report, text_lines
 from exporter.cli_kube import kube_options
 from exporter.config import (
-    COLLECTOR_DEFAULTS,
     DEFAULT_PORT,
     ActivitySource,
     Config,
     GpuIoctls,
+    HttpLimits,
     IdleAttribution,
     IdlePower,
     PodSource,
@@ -35,10 +35,10 @@ from exporter.config import (
     parse_listen_address,
 )
 from exporter.progress import progress_for
+from exporter.registry import REGISTRY, Registry
 from exporter.runtime import tune_for_serving
 from exporter.server import Health, make_server
 from exporter.web.config import WebConfigError
-from exporter.web.http import HttpLimits
 from exporter.web.live import LiveWebConfig
 from exporter.wiring import StartupError, build_monitor
 
@@ -157,22 +157,31 @@ def source_options(func: F) -> F:
             help="log level",
         ),
     ]
-    for name, on in sorted(COLLECTOR_DEFAULTS.items()):
-        flag = f"--collector.{name}/--no-collector.{name}"
-        opts.append(
-            click.option(
-                flag,
-                f"collector_{name}",
-                default=on,
-                envvar=_env(f"collector.{name}"),
-                show_envvar=True,
-                show_default=True,
-                help=f"the {name} collector",
-            )
-        )
+    opts += collector_flags(REGISTRY)
     for opt in reversed(opts):
         func = opt(func)
     return func
+
+
+def collector_flags(registry: Registry) -> list[Callable[[F], F]]:
+    """--collector.NAME/--no-collector.NAME for every switchable source in the registry."""
+    return [
+        click.option(
+            f"--collector.{name}/--no-collector.{name}",
+            f"collector_{name}",
+            default=on,
+            envvar=_env(f"collector.{name}"),
+            show_envvar=True,
+            show_default=True,
+            help=registry.collector_help(name),
+        )
+        for name, on in sorted(registry.collector_defaults.items())
+    ]
+
+
+def collectors_of(kw: dict[str, Any], registry: Registry = REGISTRY) -> frozenset[str]:
+    """The collectors switched on, taking their collector_NAME values out of kw."""
+    return frozenset(n for n in registry.collector_defaults if kw.pop(f"collector_{n}"))
 
 
 def web_options(func: F) -> F:
@@ -235,7 +244,7 @@ def web_options(func: F) -> F:
 
 
 def _config(**kw: Any) -> Config:
-    collectors = frozenset(n for n in COLLECTOR_DEFAULTS if kw.pop(f"collector_{n}"))
+    collectors = collectors_of(kw)
     kw["activity_source"] = ActivitySource(kw["activity_source"])
     kw["ebpf_gpu_ioctls"] = GpuIoctls(kw["ebpf_gpu_ioctls"])
     for key in ("attribution_idle", "pod_source"):

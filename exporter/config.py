@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from exporter.web.http import HttpLimits
-
 DEFAULT_PORT = 28390
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 PODRESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
@@ -29,6 +27,11 @@ class GpuIoctls(StrEnum):
     ON = "on"
     OFF = "off"
 
+    @property
+    def wanted(self) -> bool | None:
+        """EbpfSource.start's argument: None lets the source look for GPU device nodes."""
+        return None if self is GpuIoctls.AUTO else self is GpuIoctls.ON
+
 
 class PodSource(StrEnum):
     AUTO = "auto"
@@ -41,16 +44,6 @@ class IdleAttribution(StrEnum):
     NONE = "none"  # idle energy stays on the node
     REQUESTS = "requests"  # idle goes to the pods that hold the resource (GPUs via PodResources)
     ACTIVITY = "activity"  # idle is split like active energy
-
-
-# Collectors that can be switched with --collector.NAME / --no-collector.NAME, with defaults.
-COLLECTOR_DEFAULTS: dict[str, bool] = {
-    "rapl": True,
-    "hwmon": True,
-    "estimate": True,
-    "nvml": True,
-    "process": False,
-}
 
 
 @dataclass(frozen=True)
@@ -134,6 +127,19 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     return host, port
 
 
+@dataclass(frozen=True)
+class HttpLimits:
+    """The HTTP server's limits (exporter/web/http.py, docs/security.md)."""
+
+    max_connections: int = 64  # open connections; more are refused at once (503 or closed)
+    max_requests: int = 40  # scrapes in flight at once (node_exporter's default); 0: no limit
+    header_timeout_s: float = 10.0
+    idle_timeout_s: float = 120.0
+    write_timeout_s: float = 30.0
+    max_header_bytes: int = 16384
+    max_request_line: int = 8192
+
+
 # The default source read deadline never goes below this: short test intervals on a loaded machine
 # must not turn an ordinary slow read into a timeout.
 MIN_SOURCE_TIMEOUT_S = 1.0
@@ -150,9 +156,8 @@ class Config:
     cgroupfs: Path | None = None  # None: <sysfs>/fs/cgroup
     interval_s: float = 5.0
     activity_source: ActivitySource = ActivitySource.AUTO
-    collectors: frozenset[str] = field(
-        default_factory=lambda: frozenset(n for n, on in COLLECTOR_DEFAULTS.items() if on)
-    )
+    # the --collector.NAME flags that are on; None: each one's default (exporter/registry.py)
+    collectors: frozenset[str] | None = None
     power_idle: IdlePower = field(default_factory=IdlePower)
     attribution_idle: IdleAttribution = IdleAttribution.NONE
     attribution_zones: tuple[str, ...] = ()  # empty: chosen from what the node measures
@@ -181,9 +186,6 @@ class Config:
     @property
     def cgroup_root(self) -> Path:
         return self.cgroupfs if self.cgroupfs is not None else self.sysfs / "fs" / "cgroup"
-
-    def enabled(self, collector: str) -> bool:
-        return collector in self.collectors
 
     @property
     def read_timeout_s(self) -> float:

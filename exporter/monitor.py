@@ -19,11 +19,13 @@ from exporter.attribution import (
     attribute,
     split_active_idle,
 )
+from exporter.cgroupfs.classify import classify_task
 from exporter.config import IdleAttribution, IdlePower
 from exporter.counters import MAX_PLAUSIBLE_POWER_W, counter_delta_uj, integrate_power_j
 from exporter.deadline import TIMEOUT, Call, DeadlineReads, InlineReads, Outcome, SourceReads
 from exporter.gpu.accounting import GpuAccounting, GpuSource
 from exporter.gpu.attribution import GpuHolders
+from exporter.identity import SYSTEM, ContainerRef, NoNames, WorkloadNames
 from exporter.idle import IdleBaseline
 from exporter.ledger import CounterTable, add_into
 from exporter.readings import (
@@ -35,6 +37,7 @@ from exporter.readings import (
     TaskKey,
     TaskSample,
 )
+from exporter.registry import REGISTRY
 from exporter.snapshot import (
     EMPTY_SNAPSHOT,
     ContainerCounters,
@@ -46,18 +49,13 @@ from exporter.snapshot import (
     ProcessCounters,
     Snapshot,
 )
-from exporter.sources.estimate import CpuPowerModel
-from exporter.workloads.cgroup import SYSTEM, ContainerRef, classify_task
+from exporter.sources.estimate import ESTIMATED, CpuPowerModel
+from exporter.zones import workload_zones
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-ESTIMATED = "estimated"
-# Zone kinds split among workloads when --attribution.zones is not given, per measuring source.
-# core and uncore are parts of package, so attributing them too would count the same joules twice.
-RAPL_WORKLOAD_ZONES = ("package", "dram")
-RAPL_FALLBACK_ZONES = ("psys",)
 
 ZoneId = tuple[str, str, str]  # (zone, device, source)
 
@@ -85,30 +83,8 @@ class ReportsMapStats(Protocol):
     def map_stats(self) -> Sequence[MapStats]: ...
 
 
-class WorkloadNames(Protocol):
-    """Kubernetes names for containers and pods; empty strings where unknown."""
-
-    def container(self, ref: ContainerRef) -> tuple[str, str, str]:
-        """(namespace, pod, container)"""
-        ...
-
-    def pod(self, pod_uid: str) -> tuple[str, str]:
-        """(namespace, pod)"""
-        ...
-
-
 # A source that runs on its own thread (pod metadata, PodResources): each step asks it how it is.
 StatusProvider = Callable[[], Sequence[SourceStatus]]
-
-
-class NoNames:
-    """Before pod metadata exists: pseudo-containers carry their name, the rest only their IDs."""
-
-    def container(self, ref: ContainerRef) -> tuple[str, str, str]:
-        return "", "", ref.pseudo
-
-    def pod(self, pod_uid: str) -> tuple[str, str]:
-        return "", ""
 
 
 @dataclass(frozen=True)
@@ -402,21 +378,12 @@ class Monitor:
         return {("package", "", ESTIMATED): model.energy_j(usage, dt)}
 
     def _workload_zones(self, zone_energy: Mapping[ZoneId, tuple[float, float]]) -> tuple[str, ...]:
-        """Which zone kinds are split among workloads."""
-        if self.settings.attribution_zones:
-            return self.settings.attribution_zones
-        by_source: dict[str, set[str]] = {}
-        for zone, _device, source in self._node_zone_ids(zone_energy):
-            by_source.setdefault(source, set()).add(zone)
-        if "rapl" in by_source:
-            found = by_source["rapl"]
-            chosen = [z for z in RAPL_WORKLOAD_ZONES if z in found]
-            return tuple(chosen or [z for z in RAPL_FALLBACK_ZONES if z in found])
-        if "hwmon" in by_source:
-            return tuple(sorted(by_source["hwmon"]))
-        if ESTIMATED in by_source:
-            return ("package",)
-        return ()
+        """Which zone kinds are split among workloads (exporter/zones.py)."""
+        return workload_zones(
+            self.settings.attribution_zones,
+            self._node_zone_ids(zone_energy),
+            REGISTRY.zone_preferences,
+        )
 
     def _node_zone_ids(self, zone_energy: Mapping[ZoneId, tuple[float, float]]) -> list[ZoneId]:
         # zones known from earlier intervals count too, so a zone missing once does not

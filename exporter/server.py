@@ -26,13 +26,13 @@ from prometheus_client import CollectorRegistry
 
 from exporter import __version__
 from exporter.collector import SnapshotCollector
+from exporter.config import HttpLimits
 from exporter.exposition import TextRenderer
 from exporter.snapshot import Snapshot
 from exporter.web.config import WebConfigError
 from exporter.web.http import (
     Connection,
     HttpError,
-    HttpLimits,
     ReadTimeout,
     Request,
     Response,

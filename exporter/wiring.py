@@ -5,22 +5,23 @@ from __future__ import annotations
 import logging
 from functools import partial
 
+from exporter.cgroupfs.ns import namespace_root
 from exporter.config import ActivitySource as ActivityChoice
 from exporter.config import Config
+from exporter.gpu.check import SPEC as NVML
 from exporter.monitor import ActivitySource, Monitor, MonitorSettings, PowerSource
 from exporter.progress import Progress
 from exporter.readings import SourceError, SourceStatus
+from exporter.registry import PROCESS, REGISTRY, Registry
 from exporter.sources.ebpf import NAME as EBPF
 from exporter.sources.ebpf import EbpfSource
 from exporter.sources.ebpf_load import FIXES as EBPF_FIXES
 from exporter.sources.ebpf_load import LOAD_FAILED
+from exporter.sources.estimate import SPEC as ESTIMATE
 from exporter.sources.estimate import CpuPowerModel
-from exporter.sources.hwmon import HwmonSource
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.procfs import ProcfsSource
 from exporter.sources.procvis import VisibleProcfs
-from exporter.sources.rapl import RaplSource
-from exporter.workloads.cgroupns import namespace_root
 from exporter.workloads.gpus import NvmlDirectory
 from exporter.workloads.kube import KubeWorkloads
 
@@ -31,13 +32,9 @@ class StartupError(Exception):
     """A source the configuration insists on cannot start: the exporter exits with this line."""
 
 
-def power_sources(config: Config) -> list[PowerSource]:
-    sources: list[PowerSource] = []
-    if config.enabled("rapl"):
-        sources.append(RaplSource(config.sysfs))
-    if config.enabled("hwmon"):
-        sources.append(HwmonSource(config.sysfs))
-    return sources
+def power_sources(config: Config, registry: Registry = REGISTRY) -> list[PowerSource]:
+    """The power sources read every interval, in registry order (each SPEC's build)."""
+    return list(registry.power_sources(config))
 
 
 def activity_source(
@@ -56,7 +53,7 @@ def activity_source(
                 config.procfs,
                 config.cgroup_root,
                 config.ebpf_kernel_headers,
-                config.ebpf_gpu_ioctls,
+                config.ebpf_gpu_ioctls.wanted,
             )
         return ebpf, ()
     except Exception as exc:
@@ -83,7 +80,7 @@ def build_monitor(config: Config, progress: Progress | None = None) -> Monitor:
     for; None: plain log lines."""
     procfs = ProcfsSource(config.procfs, namespace_root(config.cgroup_root))
     model = None
-    if config.enabled("estimate"):
+    if REGISTRY.enabled(config, ESTIMATE.name):
         model = partial(
             CpuPowerModel.for_cpus, idle_w=config.estimate_idle_w, max_w=config.estimate_max_w
         )
@@ -102,11 +99,11 @@ def build_monitor(config: Config, progress: Progress | None = None) -> Monitor:
             idle_power=config.power_idle,
             idle_policy=config.attribution_idle,
             attribution_zones=config.attribution_zones,
-            with_processes=config.enabled("process"),
+            with_processes=REGISTRY.enabled(config, PROCESS),
             retention_s=config.retention_s,
             read_timeout_s=config.read_timeout_s,
         ),
-        gpus=NvmlSource(config.procfs) if config.enabled("nvml") else None,
+        gpus=NvmlSource(config.procfs) if REGISTRY.enabled(config, NVML.name) else None,
         startup_statuses=startup_statuses,
         gpu_holders=kube.gpu_holders,
         names=kube.names,

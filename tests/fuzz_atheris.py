@@ -23,13 +23,14 @@ import bcrypt  # noqa: F401 (imported before instrumentation: only wattprobe is 
 import yaml  # noqa: F401
 
 with atheris.instrument_imports(include=["exporter"]):
+    from exporter.cgroupfs.classify import cgroup_lines, parse_cgroup_path
     from exporter.config import IdlePower, parse_duration, parse_listen_address
     from exporter.counters import MAX_PLAUSIBLE_POWER_W, counter_delta_uj
+    from exporter.identity import ContainerRef
     from exporter.sources.procfs import parse_cpu_times, parse_stat
     from exporter.web.auth import parse_basic
     from exporter.web.config import WebConfigError, parse_web_config
     from exporter.web.http import HttpError, parse_head
-    from exporter.workloads.cgroup import ContainerRef, cgroup_lines, parse_cgroup_path
 
 
 def _text(fdp: atheris.FuzzedDataProvider) -> str:

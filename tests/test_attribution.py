@@ -12,7 +12,7 @@ from exporter.attribution import (
     shares,
     split_active_idle,
 )
-from exporter.workloads.cgroup import SYSTEM, ContainerRef
+from exporter.identity import SYSTEM, ContainerRef
 
 
 def test_split_active_idle_caps_idle_at_the_measured_energy() -> None:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.workloads.cgroup import classify_cgroup
-from exporter.workloads.cgroup_ids import find_v2_root
-from exporter.workloads.cgroupns import namespace_root
+from exporter.cgroupfs.classify import classify_cgroup
+from exporter.cgroupfs.ids import find_v2_root
+from exporter.cgroupfs.ns import namespace_root
 from tests.realparts import missing, require_binary, require_root
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,8 +33,8 @@ import json, os, sys
 from pathlib import Path
 from exporter.sources.ebpf import ProcReader
 from exporter.sources.procfs import ProcfsSource
-from exporter.workloads.cgroup import classify_cgroup
-from exporter.workloads.cgroupns import namespace_root
+from exporter.cgroupfs.classify import classify_cgroup
+from exporter.cgroupfs.ns import namespace_root
 host, own, workload = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 root = namespace_root(host, own)
 tasks = {t.pid: t.cgroup for t in ProcfsSource(Path("/proc"), root).tasks()}

@@ -348,10 +348,9 @@ while time.monotonic() < end:
 
 def test_time_on_a_cpu_is_counted_before_the_task_is_switched_out() -> None:
     require_ebpf()
-    from exporter.config import GpuIoctls  # noqa: PLC0415
     from exporter.sources.ebpf import EbpfSource  # noqa: PLC0415
 
-    source = EbpfSource.start(Path("/proc"), Path("/sys/fs/cgroup"), None, GpuIoctls.OFF)
+    source = EbpfSource.start(Path("/proc"), Path("/sys/fs/cgroup"), None, False)
     cpu = max(os.sched_getaffinity(0))
     busy = subprocess.Popen([sys.executable, "-c", NEVER_SWITCHED, str(cpu)])
     try:
@@ -376,9 +375,9 @@ for _ in range(60):
 
 def test_evictions_of_a_full_map_are_counted() -> None:
     require_ebpf()
+    from exporter.cgroupfs.ids import CgroupIdIndex  # noqa: PLC0415
     from exporter.sources.ebpf import EbpfSource  # noqa: PLC0415
     from exporter.sources.ebpf_load import load  # noqa: PLC0415
-    from exporter.workloads.cgroup_ids import CgroupIdIndex  # noqa: PLC0415
 
     small = 64  # far fewer entries than the processes below
     source = EbpfSource(
@@ -414,11 +413,10 @@ def test_both_sched_switch_programs_count_time_and_ioctls(raw_switch: bool) -> N
     back to: run time within 2 % of schedstat, ioctls exact (they reach the process at its
     switch-out)."""
     require_ebpf()
-    from exporter.config import GpuIoctls  # noqa: PLC0415
     from exporter.sources.ebpf import EbpfSource  # noqa: PLC0415
 
     source = EbpfSource.start(
-        Path("/proc"), Path("/sys/fs/cgroup"), None, GpuIoctls.ON, raw_switch=raw_switch
+        Path("/proc"), Path("/sys/fs/cgroup"), None, True, raw_switch=raw_switch
     )
     n, m, k = 2345, 123, 456
     try:

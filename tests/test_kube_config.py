@@ -13,7 +13,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.collector import SnapshotCollector, pod_label_name
 from exporter.config import Config, PodSource
-from exporter.monitor import Monitor, MonitorSettings, NoNames
+from exporter.identity import NoNames
+from exporter.monitor import Monitor, MonitorSettings
 from exporter.readings import SourceStatus
 from exporter.snapshot import GpuAllocation, PodInfo
 from exporter.sources.procfs import ProcfsSource

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from exporter.identity import ContainerRef
 from exporter.readings import SourceError, SourceStatus
 from exporter.snapshot import GpuAllocation
-from exporter.workloads.cgroup import ContainerRef
 from exporter.workloads.gpus import DeviceAssignment, GpuDirectory
 from exporter.workloads.kube import KubeWorkloads
 from exporter.workloads.podresources.client import PodResourcesClient

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from exporter.workloads.cgroup import SYSTEM, ContainerRef, classify_cgroup
+from exporter.cgroupfs.classify import classify_cgroup
+from exporter.identity import SYSTEM, ContainerRef
 from exporter.workloads.kubelet import parse_pod_list
 from exporter.workloads.pods import KubeNames, PodMeta, PodStore, parse_pod, runtime_container_id
 from tests.kubefakes import Ctr, pod_object

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from exporter.cgroupfs.classify import classify_cgroup
 from exporter.sources.procfs import CLOCK_TICKS, PF_KTHREAD, ProcfsSource, parse_stat
 from exporter.sources.procscan import ProcScanner
-from exporter.workloads.cgroup import classify_cgroup
 from tests.benchmarks.synthetic import HostShape, SyntheticHost
 from tests.fixturehost import FixtureHost, stat_line, write_atomic
 

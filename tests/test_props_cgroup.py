@@ -8,14 +8,13 @@ import uuid
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.workloads.cgroup import (
-    SYSTEM,
-    ContainerRef,
+from exporter.cgroupfs.classify import (
     cgroup_lines,
     classify_cgroup,
     classify_task,
     parse_cgroup_path,
 )
+from exporter.identity import SYSTEM, ContainerRef
 from tests.props import PROPERTY
 
 hex64 = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from exporter.cgroupfs.classify import classify_task
 from exporter.config import ActivitySource, Config, PodSource
 from exporter.sources.procfs import CLOCK_TICKS, ProcfsSource
 from exporter.sources.rapl import RaplSource
 from exporter.wiring import build_monitor
-from exporter.workloads.cgroup import classify_task
 from tests.benchmarks.synthetic import HostShape, SyntheticHost
 from tests.invariants import check_monotonic, check_snapshot
 

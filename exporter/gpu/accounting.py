@@ -36,9 +36,9 @@ from exporter.gpu.snapshot import (
     GpuCounters,
     GpuEnergy,
 )
+from exporter.identity import ContainerRef
 from exporter.idle import IdleBaseline
 from exporter.readings import SourceStatus, TaskKey, TaskSample
-from exporter.workloads.cgroup import ContainerRef
 
 log = logging.getLogger(__name__)
 

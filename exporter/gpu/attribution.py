@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from exporter.gpu.readings import GpuProcess, GpuReading
-from exporter.workloads.cgroup import ContainerRef
+from exporter.identity import ContainerRef
 
 SM = "sm"
 MEMORY = "memory"

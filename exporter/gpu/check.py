@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.config import Config
 from exporter.gpu.readings import GpuReading, NvmlReading
 from exporter.readings import ABSENT, SourceError
 from exporter.sources.nvml import NvmlSource
+from exporter.sourcespec import GPU, CheckResult, Finding, SourceSpec
 
 MOUNT_LIBRARIES = (
     "make the driver's user-space libraries visible: with the NVIDIA container toolkit set "
@@ -86,3 +89,26 @@ def check_nvml(procfs: Path) -> NvmlCheck:
         for gpu in reading.gpus
     )
     return NvmlCheck(True, found=describe(reading), items=items)
+
+
+FIX_NVML_OTHER = (
+    "run `nvidia-smi` on the host: if it fails too, the driver needs attention (reload it or "
+    "reboot); if it works, mount the host's libnvidia-ml.so.1 into the container"
+)
+
+
+def probe(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
+    nvml = check_nvml(config.procfs)
+    if nvml.ok:
+        return Finding.works(nvml.found, nvml.items)
+    return Finding(
+        False,
+        reason=nvml.code,
+        detail=nvml.detail,
+        fix=nvml.fix or FIX_NVML_OTHER,
+        absent=nvml.code == ABSENT,
+    )
+
+
+# NVML's spec lives with its check: exporter/sources/nvml.py is what this module probes.
+SPEC = SourceSpec(name="nvml", kind=GPU, default_on=True, probe=probe, fixes=FIXES)

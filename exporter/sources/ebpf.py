@@ -16,7 +16,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from exporter.config import GpuIoctls
+from exporter.cgroupfs.ids import CgroupIdIndex, find_v2_root
+from exporter.cgroupfs.ns import HOST_ROOT, namespace_root, to_host_path
+from exporter.config import ActivitySource as ActivityChoice
+from exporter.config import Config
 from exporter.readings import MapStats, SourceError, TaskSample
 from exporter.sources import bpf_maps
 from exporter.sources.ebpf_accounting import (
@@ -30,6 +33,7 @@ from exporter.sources.ebpf_accounting import (
 )
 from exporter.sources.ebpf_child import load_in_child
 from exporter.sources.ebpf_load import (
+    FIXES,
     NO_CGROUP2,
     NOT_LIVE_PROCFS,
     Loaded,
@@ -37,8 +41,7 @@ from exporter.sources.ebpf_load import (
     gpu_device_nodes,
 )
 from exporter.sources.procfs import CLOCK_TICKS, PF_KTHREAD, parse_stat
-from exporter.workloads.cgroup_ids import CgroupIdIndex, find_v2_root
-from exporter.workloads.cgroupns import HOST_ROOT, namespace_root, to_host_path
+from exporter.sourcespec import ACTIVITY, CheckResult, Finding, SourceSpec
 
 log = logging.getLogger(__name__)
 
@@ -148,12 +151,13 @@ class EbpfSource:
         procfs: Path,
         cgroupfs: Path,
         kernel_headers: Path | None = None,
-        gpu_ioctls: GpuIoctls = GpuIoctls.AUTO,
+        gpu_ioctls: bool | None = None,
         *,
         raw_switch: bool | None = None,
     ) -> EbpfSource:
         """Check, compile, attach: raises SourceError with a reason from ebpf_load.FIXES.
 
+        gpu_ioctls: count GPU driver ioctls (None: when the node has GPU device nodes).
         raw_switch: see ebpf_load.load (None: a raw sched_switch tracepoint where the kernel
         has them, else the classic one)."""
         if not (procfs / "self" / "stat").is_file():
@@ -166,10 +170,7 @@ class EbpfSource:
                 f"no cgroup2 mount at {cgroupfs} or {cgroupfs}/unified: eBPF cgroup ids "
                 "would not name containers",
             )
-        if gpu_ioctls is GpuIoctls.AUTO:
-            ioctls = bool(gpu_device_nodes())
-        else:
-            ioctls = gpu_ioctls is GpuIoctls.ON
+        ioctls = bool(gpu_device_nodes()) if gpu_ioctls is None else gpu_ioctls
         # compiled in a child: LLVM never enters this long-lived process (ebpf_child.py)
         loaded = load_in_child(kernel_headers, ioctls=ioctls, raw_switch=raw_switch)
         index = CgroupIdIndex(root)
@@ -326,3 +327,42 @@ class EbpfSource:
                 )
             )
         self._map_stats = tuple(stats)
+
+
+# -- wattprobe check -------------------------------------------------------------------------
+
+
+def probe(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
+    """Load the programs for real (compile, attach, one read of the maps), then unload them."""
+    if config.activity_source is ActivityChoice.PROCFS:
+        return Finding(
+            False,
+            reason="disabled by --activity-source procfs",
+            fix="--activity-source auto (or ebpf) to use it",
+            disabled=True,
+        )
+    try:
+        source = EbpfSource.start(
+            config.procfs,
+            config.cgroup_root,
+            config.ebpf_kernel_headers,
+            config.ebpf_gpu_ioctls.wanted,
+        )
+        try:
+            tasks = source.tasks()
+        finally:
+            source.close()
+    except SourceError as exc:
+        return Finding.failed(exc, FIXES.get(exc.reason, ""))
+    info = source.info
+    items = [f"tracepoint {t}" for t in info.tracepoints]
+    items += [f"missing (optional): {t}" for t in info.missing_optional]
+    items += [f"off: {t}" for t in info.switched_off]
+    items += [f"kernel headers: {info.headers.describe()}", f"compiled in {info.compile_s:.2f}s"]
+    return Finding.works(
+        f"{len(tasks)} tasks seen; tracefs {info.tracefs}; {info.describe()}", items
+    )
+
+
+# No flag: --activity-source chooses between eBPF and procfs (exporter/wiring.py).
+SPEC = SourceSpec(name=NAME, kind=ACTIVITY, probe=probe, fixes=FIXES)

@@ -7,8 +7,16 @@ The default coefficients are the Cloud Carbon Footprint project's averages for c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from exporter.config import Config
+from exporter.readings import SourceError
+from exporter.sources.procfs import FIXES as PROCFS_FIXES
+from exporter.sources.procfs import ProcfsSource
+from exporter.sourcespec import POWER, CheckResult, Finding, SourceSpec
+
+ESTIMATED = "estimated"  # the source label of its readings
 IDLE_W_PER_CPU = 0.74
 MAX_W_PER_CPU = 3.5
 
@@ -30,3 +38,27 @@ class CpuPowerModel:
         """(active, idle) joules over dt_s at the given mean CPU busy fraction."""
         u = min(max(busy_fraction, 0.0), 1.0)
         return (self.max_w - self.idle_w) * u * dt_s, self.idle_w * dt_s
+
+
+def probe(config: Config, earlier: Sequence[CheckResult]) -> Finding:
+    try:
+        cpu = ProcfsSource(config.procfs).cpu_times()
+    except SourceError as exc:
+        return Finding(
+            False, reason="needs /proc/stat", detail=exc.detail, fix=PROCFS_FIXES["read error"]
+        )
+    model = CpuPowerModel.for_cpus(cpu.ncpu, config.estimate_idle_w, config.estimate_max_w)
+    measured = any(r.ok for r in earlier if r.kind == POWER)
+    use = "standby: measured power is available" if measured else "in use: no power sensor found"
+    return Finding.works(f"{use}; model {model.idle_w:g} W idle .. {model.max_w:g} W busy")
+
+
+# Not read like the others: the monitor applies the model to /proc/stat (exporter/wiring.py).
+SPEC = SourceSpec(
+    name="estimate",
+    kind=POWER,
+    default_on=True,
+    probe=probe,
+    zone_source=ESTIMATED,
+    workload_zones=(("package",),),  # the model estimates the package alone
+)

@@ -10,11 +10,21 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.readings import EnergyReading, SourceAbsent, SourceError
+from exporter.config import Config
+from exporter.readings import ABSENT, EnergyReading, SourceAbsent, SourceError
 from exporter.sources.files import read_int, read_text, reason_for, short_error
+from exporter.sourcespec import (
+    ALL_ZONES,
+    POWER,
+    CheckResult,
+    Finding,
+    SourceSpec,
+    missing_sysfs_class,
+)
 
 log = logging.getLogger(__name__)
 
@@ -121,3 +131,43 @@ class HwmonSource:
         if failure is not None:
             log.debug("hwmon: some sensors unreadable: %s", failure[1])
         return readings
+
+
+# -- wattprobe check -------------------------------------------------------------------------
+
+FIX_HWMON_DRIVER = "the sensor's driver misbehaves: look for its chip in `dmesg` and `sensors`"
+FIXES = {
+    ABSENT: "no hwmon power sensors: nothing to fix unless the board has some (load its driver, "
+    "e.g. acpi_power_meter or amdgpu)",
+    "permission denied": "run as root or grant CAP_DAC_READ_SEARCH",
+}
+
+
+def probe(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
+    missing = missing_sysfs_class(config, "hwmon sensor")
+    if missing is not None:
+        return missing
+    source = HwmonSource(config.sysfs)
+    try:
+        readings = source.read()
+    except SourceError as exc:
+        return Finding.failed(exc, FIXES.get(exc.reason, FIX_HWMON_DRIVER))
+    read = {(r.zone, r.device) for r in readings}
+    items = [
+        f"{s.zone} ({s.device}, {s.kind} {'counter' if s.kind == 'energy' else 'reading'})"
+        + ("" if (s.zone, s.device) in read else ": unreadable")
+        for s in discover_sensors(source.hwmon_class)
+    ]
+    summary = ", ".join(f"{r.zone} ({r.device})" for r in readings)
+    return Finding.works(f"{len(readings)} sensors: {summary}", items)
+
+
+SPEC = SourceSpec(
+    name=HwmonSource.name,
+    kind=POWER,
+    default_on=True,
+    probe=probe,
+    fixes=FIXES,
+    build=lambda config: HwmonSource(config.sysfs),
+    workload_zones=((ALL_ZONES,),),  # each sensor is its own zone kind
+)

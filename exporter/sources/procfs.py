@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.cgroupfs.classify import classify_task
+from exporter.cgroupfs.ns import HOST_ROOT, namespace_root
+from exporter.config import Config
 from exporter.readings import CpuTimes, SourceError, TaskSample
 from exporter.sources.files import short_error as _short
 from exporter.sources.procscan import RECHECK_EVERY, ProcScanner
-from exporter.workloads.cgroupns import HOST_ROOT
+from exporter.sourcespec import ACTIVITY, MOUNT_PROCFS, CheckResult, Finding, SourceSpec
 
 log = logging.getLogger(__name__)
 
@@ -108,3 +113,41 @@ class ProcfsSource:
         cgroup files are read for new and exec'd processes, and rechecked every few intervals.
         """
         return self._scanner.scan()
+
+
+# -- wattprobe check -------------------------------------------------------------------------
+
+INIT_COMMS = ("systemd", "init")
+FIXES = {"read error": MOUNT_PROCFS}
+
+
+def probe(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
+    procfs = ProcfsSource(config.procfs, namespace_root(config.cgroup_root))
+    try:
+        cpu = procfs.cpu_times()
+        tasks = procfs.tasks()
+    except SourceError as exc:
+        return Finding.failed(exc, FIXES["read error"])
+    refs = [classify_task(t.cgroup, t.kernel_thread) for t in tasks]
+    in_containers = sum(1 for r in refs if r.container_id)
+    pods = Counter(r.pod_uid for r in refs if r.pod_uid)
+    found = (
+        f"{cpu.ncpu} CPUs, {len(tasks)} processes, {in_containers} in containers ({len(pods)} pods)"
+    )
+    init = next((t.comm for t in tasks if t.pid == 1), "")
+    if not in_containers and init and init not in INIT_COMMS:
+        # PID 1 is not an init system: most likely a container's own /proc
+        found += (
+            f"; PID 1 is {init!r}, so this may be a container's own /proc: "
+            "for the host's processes use hostPID and --path.procfs"
+        )
+    items = [f"pod {uid}: {_plural(n, 'process', 'processes')}" for uid, n in sorted(pods.items())]
+    return Finding.works(found, items)
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+# No flag: /proc/stat always comes from here, and --activity-source picks the task source.
+SPEC = SourceSpec(name=ProcfsSource.name, kind=ACTIVITY, probe=probe, fixes=FIXES)

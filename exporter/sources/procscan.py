@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
+from exporter.cgroupfs.ns import HOST_ROOT, to_host_file
 from exporter.readings import SourceError, TaskSample
 from exporter.sources.files import short_error
-from exporter.workloads.cgroupns import HOST_ROOT, to_host_file
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class ProcScanner:
         cgroup_namespace_root: str = HOST_ROOT,
     ) -> None:
         self._parse_stat = parse_stat
-        # host path of the exporter's cgroup namespace root (exporter.workloads.cgroupns)
+        # host path of the exporter's cgroup namespace root (exporter.cgroupfs.ns)
         self._cgroupns_root = cgroup_namespace_root
         self._kthread = kthread_flag
         self._ticks = ticks_per_second

@@ -10,11 +10,14 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.readings import EnergyReading, SourceAbsent, SourceError
+from exporter.config import Config
+from exporter.readings import ABSENT, EnergyReading, SourceAbsent, SourceError
 from exporter.sources.files import read_int, read_text, reason_for, short_error
+from exporter.sourcespec import POWER, CheckResult, Finding, SourceSpec, missing_sysfs_class
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +26,10 @@ _INDEX_SUFFIX = re.compile(r"-\d+$")
 # No RAPL domain draws this much: the largest server packages are rated around 400 W. A tighter
 # bound than the generic one makes a counter reset less likely to pass for a wrap.
 RAPL_MAX_POWER_W = 1_000.0
+
+# Zone kinds split among workloads, in order of preference (see SPEC)
+WORKLOAD_ZONES = ("package", "dram")
+FALLBACK_ZONES = ("psys",)
 
 FIX_PERMISSION = (
     "energy_uj is readable by root only since Linux 5.10 (CVE-2020-8694): run as root, "
@@ -117,3 +124,74 @@ class RaplSource:
         if failure is not None:
             log.debug("rapl: some zones unreadable: %s", failure[1])
         return readings
+
+
+# -- wattprobe check -------------------------------------------------------------------------
+
+FIX_ABSENT = "no RAPL here (VMs, non-x86 boards): nothing to fix; hwmon or the estimate is used"
+# failures of a driver rather than of access: what to look at
+FIX_RAPL_DRIVER = (
+    "the powercap driver misbehaves: look for intel_rapl in `dmesg`, then reload it "
+    "(`modprobe -r intel_rapl_msr && modprobe intel_rapl_msr`)"
+)
+FIX_RAPL_VM = (
+    "this is a virtual machine: hypervisors rarely pass RAPL through, nothing to fix here; "
+    "the estimate (or hwmon) is used"
+)
+FIX_RAPL_BARE_METAL = (
+    "x86 bare metal has RAPL: load its driver with `modprobe intel_rapl_msr` (AMD Zen needs "
+    "Linux 5.8 or newer), then check that /sys/class/powercap/intel-rapl:0 appears"
+)
+FIXES = {ABSENT: FIX_ABSENT, "permission denied": FIX_PERMISSION}
+
+
+def _is_virtual_machine(procfs: Path) -> bool | None:
+    """From the cpuinfo flags: True in a VM, False on x86 bare metal, None when unknown."""
+    try:
+        text = (procfs / "cpuinfo").read_text(errors="replace")
+    except OSError:
+        return None
+    flags = next((line for line in text.splitlines() if line.startswith("flags")), None)
+    if flags is None:
+        return None  # not x86
+    return "hypervisor" in flags.split()
+
+
+def probe(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
+    missing = missing_sysfs_class(config, "RAPL zone")
+    if missing is not None:
+        return missing
+    source = RaplSource(config.sysfs)
+    try:
+        readings = source.read()
+    except SourceError as exc:
+        fix = FIXES.get(exc.reason, FIX_RAPL_DRIVER)
+        if exc.reason == ABSENT:
+            vm = _is_virtual_machine(config.procfs)
+            if vm is not None:
+                fix = FIX_RAPL_VM if vm else FIX_RAPL_BARE_METAL
+        return Finding.failed(exc, fix)
+    zones, duplicates = discover_zones(source.powercap)
+    read = {r.device for r in readings}
+    items = [
+        f"{z.zone} {z.device} ({z.name})"
+        + (f", wraps at {z.max_energy_uj / 1e6:.0f} J" if z.max_energy_uj else "")
+        + ("" if z.device in read else ": unreadable")
+        for z in zones
+    ]
+    items += [f"left out: {d}, the same counter as its MSR zone" for d in duplicates]
+    summary = ", ".join(f"{r.zone} ({r.device})" for r in readings)
+    return Finding.works(f"{len(readings)} zones: {summary}", items)
+
+
+SPEC = SourceSpec(
+    name=RaplSource.name,
+    kind=POWER,
+    default_on=True,
+    probe=probe,
+    fixes=FIXES,
+    build=lambda config: RaplSource(config.sysfs),
+    # core and uncore are parts of package, so attributing them too would count the same
+    # joules twice; psys (the whole SoC) only where there is no package counter
+    workload_zones=(WORKLOAD_ZONES, FALLBACK_ZONES),
+)

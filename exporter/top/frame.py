@@ -12,7 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from exporter.monitor import ESTIMATED, RAPL_WORKLOAD_ZONES
+from exporter.registry import REGISTRY
+from exporter.sources.estimate import ESTIMATED
+from exporter.sources.rapl import WORKLOAD_ZONES as RAPL_WORKLOAD_ZONES
 from exporter.top.scrape import GpuState, Scrape, SourceState, Totals, WorkloadId
 
 # core and uncore are inside package; psys covers the whole SoC: counting them next to package
@@ -141,13 +143,14 @@ def _zones(
     )
 
 
-_SOURCE_ORDER = {"rapl": 0, "hwmon": 1, ESTIMATED: 2}
+# power sources in registry order (rapl, hwmon, estimated); others after them
+_SOURCE_ORDER = REGISTRY.source_order
 _ZONE_ORDER = {"psys": 0, "package": 1, "core": 2, "uncore": 3, "dram": 4}
 
 
 def _zone_order(item: tuple[tuple[str, str], list[float]]) -> tuple[int, int, str]:
     (zone, source), _ = item
-    return _SOURCE_ORDER.get(source, 3), _ZONE_ORDER.get(zone, 9), zone
+    return _SOURCE_ORDER.get(source, len(_SOURCE_ORDER)), _ZONE_ORDER.get(zone, 9), zone
 
 
 def display_name(w: WorkloadId, *, pod_row: bool) -> str:

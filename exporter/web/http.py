@@ -24,18 +24,9 @@ import socket
 import time
 from dataclasses import dataclass, field
 
+from exporter.config import HttpLimits
+
 MAX_HEADERS = 100
-
-
-@dataclass(frozen=True)
-class HttpLimits:
-    max_connections: int = 64  # open connections; more are refused at once (503 or closed)
-    max_requests: int = 40  # scrapes in flight at once (node_exporter's default); 0: no limit
-    header_timeout_s: float = 10.0
-    idle_timeout_s: float = 120.0
-    write_timeout_s: float = 30.0
-    max_header_bytes: int = 16384
-    max_request_line: int = 8192
 
 
 class HttpError(Exception):

@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Protocol
 
 from exporter.config import Config, PodSource
-from exporter.monitor import NoNames, WorkloadNames
+from exporter.identity import ContainerRef, NoNames, WorkloadNames
 from exporter.readings import SourceStatus
 from exporter.snapshot import GpuAllocation, PodInfo
 from exporter.workloads.apiserver import ApiserverPodSource
-from exporter.workloads.cgroup import ContainerRef
 from exporter.workloads.gpus import (
     EMPTY_DIRECTORY,
     DeviceAssignment,

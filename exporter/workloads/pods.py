@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.workloads.cgroup import ContainerRef
+from exporter.identity import ContainerRef
 
 # Static pods: the kubelet names their cgroup after the config hash; the apiserver shows a mirror
 # pod with its own uid and the hash in this annotation.

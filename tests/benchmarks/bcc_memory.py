@@ -42,12 +42,12 @@ def _self_memory() -> dict[str, float]:
 def variant(name: str) -> dict[str, float]:
     """Runs in the measuring child process."""
     import exporter.cli  # noqa: F401, PLC0415 (everything serve imports)
+    from exporter.cgroupfs.ids import CgroupIdIndex, find_v2_root  # noqa: PLC0415
     from exporter.config import ActivitySource, Config, PodSource  # noqa: PLC0415
     from exporter.sources.ebpf import EbpfSource  # noqa: PLC0415
     from exporter.sources.ebpf_child import load_in_child  # noqa: PLC0415
     from exporter.sources.ebpf_load import load  # noqa: PLC0415
     from exporter.wiring import build_monitor  # noqa: PLC0415
-    from exporter.workloads.cgroup_ids import CgroupIdIndex, find_v2_root  # noqa: PLC0415
 
     monitor = build_monitor(
         Config(activity_source=ActivitySource.PROCFS, pod_source=PodSource.NONE)

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from exporter.cgroupfs.ids import find_v2_root
 from exporter.sources.ebpf_load import RAW, SCHED_SWITCH, Loaded, bcc_environment, load
-from exporter.workloads.cgroup_ids import find_v2_root
 from tests.running import parse_samples, select, start_exporter
 
 HERE = Path(__file__).resolve().parent

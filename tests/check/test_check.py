@@ -19,8 +19,6 @@ import jsonschema
 import pytest
 
 from exporter.check import (
-    FIX_RAPL_BARE_METAL,
-    FIX_RAPL_VM,
     FIX_UNKNOWN,
     MOUNT_PROCFS,
     MOUNT_SYSFS,
@@ -33,7 +31,7 @@ from exporter.check import (
 from exporter.check_report import report, text_lines
 from exporter.config import Config
 from exporter.gpu.check import MOUNT_LIBRARIES
-from exporter.sources.rapl import FIX_PERMISSION
+from exporter.sources.rapl import FIX_PERMISSION, FIX_RAPL_BARE_METAL, FIX_RAPL_VM
 from tests.conftest import FIXTURES
 from tests.fixturehost import FixtureHost
 from tests.nvml.build import SCENARIO_ENV

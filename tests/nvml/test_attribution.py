@@ -7,6 +7,7 @@ import math
 import pytest
 
 from exporter.attribution import IDLE, ZoneEnergy, attribute
+from exporter.cgroupfs.classify import classify_cgroup
 from exporter.gpu.attribution import (
     EVEN,
     IOCTL,
@@ -19,7 +20,7 @@ from exporter.gpu.attribution import (
     match_holders,
     process_weights,
 )
-from exporter.workloads.cgroup import ContainerRef, classify_cgroup
+from exporter.identity import ContainerRef
 from tests.nvml.pods import POD_A, POD_B, POD_C
 from tests.nvml.scripted import GiB, gpu_reading, mig_instance
 

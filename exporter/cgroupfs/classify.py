@@ -14,11 +14,9 @@ Processes outside any container are "system_processes"; kernel threads "kernel_p
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from functools import lru_cache
 
-SYSTEM_PROCESSES = "system_processes"
-KERNEL_PROCESSES = "kernel_processes"
+from exporter.identity import KERNEL, SYSTEM, ContainerRef
 
 _UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32}"
 # a pod segment: pod<uid> (cgroupfs) or <anything>-pod<uid>.slice (systemd)
@@ -35,40 +33,6 @@ _RUNTIMES = {
     "docker": "docker",
     "libpod": "podman",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class ContainerRef:
-    """A container-like bucket that energy is attributed to. Hashable: used as a key."""
-
-    container_id: str = ""  # runtime's 64-hex id; "" for pseudo-containers and pod-level tasks
-    pod_uid: str = ""  # with dashes; "" outside pods
-    runtime: str = ""
-    qos: str = ""  # guaranteed, burstable, besteffort for pods
-    pseudo: str = ""  # system_processes, kernel_processes, or ""
-    # Computed once: refs key the per-task and per-container maps of every interval (tens of
-    # thousands of lookups), and the generated __hash__ would rebuild a tuple for each.
-    _hash: int = field(init=False, repr=False, compare=False, default=0)
-
-    def __post_init__(self) -> None:
-        fields = (self.container_id, self.pod_uid, self.runtime, self.qos, self.pseudo)
-        object.__setattr__(self, "_hash", hash(fields))
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __reduce__(self) -> tuple[type[ContainerRef], tuple[str, str, str, str, str]]:
-        # str hashes differ between processes: an unpickled ref computes its own
-        return ContainerRef, (self.container_id, self.pod_uid, self.runtime, self.qos, self.pseudo)
-
-    @property
-    def name_hint(self) -> str:
-        """What the container label shows before Kubernetes names are known."""
-        return self.pseudo
-
-
-SYSTEM = ContainerRef(pseudo=SYSTEM_PROCESSES)
-KERNEL = ContainerRef(pseudo=KERNEL_PROCESSES)
 
 
 def parse_cgroup_path(path: str) -> ContainerRef | None:

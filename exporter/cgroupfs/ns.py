@@ -21,7 +21,7 @@ import posixpath
 import time
 from pathlib import Path
 
-from exporter.workloads.cgroup_ids import CgroupIdIndex, find_v2_root
+from exporter.cgroupfs.ids import CgroupIdIndex, find_v2_root
 
 log = logging.getLogger(__name__)
 

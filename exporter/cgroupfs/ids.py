@@ -7,7 +7,7 @@ was seen is remembered as gone; the paths of cgroups removed since an earlier wa
 bounded number), because the last work of a terminated container is read after its cgroup is gone.
 
 Paths are relative to the v2 root, as the "0::" line of /proc/<pid>/cgroup shows them, so
-exporter.workloads.cgroup.classify_cgroup reads them directly.
+exporter.cgroupfs.classify.classify_cgroup reads them directly.
 """
 
 from __future__ import annotations

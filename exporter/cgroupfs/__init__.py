@@ -1,0 +1,1 @@
+"""Readers of the cgroup filesystem that sources and workloads both use (cgroup ids, namespaces)."""
