@@ -10,8 +10,6 @@ import json
 import logging
 import signal
 import sys
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from exporter import __version__
+from exporter.agent import Agent
 from exporter.check import exit_status, run_checks
 from exporter.check_report import report, text_lines
 from exporter.cli_kube import kube_options
@@ -37,12 +36,13 @@ from exporter.config import (
 from exporter.progress import progress_for
 from exporter.registry import REGISTRY, Registry
 from exporter.runtime import tune_for_serving
-from exporter.server import Health, make_server
 from exporter.web.config import WebConfigError
 from exporter.web.live import LiveWebConfig
-from exporter.wiring import StartupError, build_monitor
+from exporter.wiring import StartupError
 
 log = logging.getLogger("wattprobe")
+
+SHUTDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -243,6 +243,37 @@ def web_options(func: F) -> F:
     return func
 
 
+def attribution_options(func: F) -> F:
+    """How energy is split: shared by serve and top (which measures the way serve does)."""
+    opts = [
+        _option(
+            "--power.idle",
+            "power_idle",
+            default="auto",
+            callback=_converter(IdlePower.parse),
+            help="idle power per zone: auto (learned), WATTS, or ZONE=WATTS,...",
+        ),
+        _option(
+            "--attribution.idle",
+            "attribution_idle",
+            default="none",
+            type=click.Choice([a.value for a in IdleAttribution]),
+            help="idle energy: none (stays on the node), requests, activity",
+        ),
+        _option(
+            "--attribution.zones",
+            "attribution_zones",
+            default="",
+            callback=_converter(_zone_list),
+            help="zones split among workloads [default: package,dram with RAPL; else hwmon or "
+            "estimate]",
+        ),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
 def _config(**kw: Any) -> Config:
     collectors = collectors_of(kw)
     kw["activity_source"] = ActivitySource(kw["activity_source"])
@@ -294,27 +325,7 @@ def cli() -> None:
     "reported as timed out and not read again until its read returns [auto: half the "
     "interval, at least 1s]",
 )
-@_option(
-    "--power.idle",
-    "power_idle",
-    default="auto",
-    callback=_converter(IdlePower.parse),
-    help="idle power per zone: auto (learned), WATTS, or ZONE=WATTS,...",
-)
-@_option(
-    "--attribution.idle",
-    "attribution_idle",
-    default="none",
-    type=click.Choice([a.value for a in IdleAttribution]),
-    help="idle energy: none (stays on the node), requests, activity",
-)
-@_option(
-    "--attribution.zones",
-    "attribution_zones",
-    default="",
-    callback=_converter(_zone_list),
-    help="zones split among workloads [default: package,dram with RAPL; else hwmon or estimate]",
-)
+@attribution_options
 @_option(
     "--workload.retention",
     "retention_s",
@@ -360,67 +371,22 @@ def _http_limits(kw: dict[str, Any]) -> HttpLimits:
 
 
 def run_server(config: Config, web: LiveWebConfig | None = None) -> None:
-    progress = progress_for()
+    """Serve until SIGTERM or SIGINT, then close everything the agent started."""
+    agent = Agent(config, web, progress_for())
     try:
-        monitor = build_monitor(config, progress)
+        agent.start()
     except StartupError as exc:
-        progress.close()
         raise click.ClickException(str(exc)) from None
     tune_for_serving()
-    stop = threading.Event()
-    last_step = [time.monotonic()]
-
-    def stepped() -> None:
-        last_step[0] = time.monotonic()
-        if progress.active and monitor.snapshot.ready:
-            progress.end("ready")
-
-    def loop() -> None:
-        monitor.run(config.interval_s, stop, on_step=stepped)
-
-    loop_thread = threading.Thread(target=loop, name="monitor", daemon=True)
-    stall_after = max(3 * config.interval_s, 30.0)
-    health = Health(
-        alive=lambda: loop_thread.is_alive() and time.monotonic() - last_step[0] < stall_after,
-        ready=lambda: monitor.snapshot.ready,
-    )
-    server = make_server(
-        config.listen_host,
-        config.listen_port,
-        lambda: monitor.snapshot,
-        health,
-        config.telemetry_path,
-        limits=config.http_limits,
-        web=web,
-    )
     _log_web_security(web)
-    host, port = server.server_address[:2]
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    # the first interval only sets baselines: /metrics has energy after the second
-    progress.begin("measuring the first interval", expected_s=config.interval_s)
-    loop_thread.start()
-    server_thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
-    server_thread.start()
-    log.info(
-        "wattprobe %s serving %s://%s:%s%s every %gs",
-        __version__,
-        server.scheme,
-        host or "0.0.0.0",  # noqa: S104 (only a log line)
-        port,
-        config.telemetry_path,
-        config.interval_s,
-    )
-    # Not a bare wait(): a signal that the kernel hands to another thread runs its Python
-    # handler only once the main thread wakes up, and a bare wait may never wake
-    while not stop.wait(1.0):
-        pass
-    progress.close()
-    log.info("shutting down")
-    server.shutdown()
-    server.server_close()
-    loop_thread.join(timeout=10)
-    monitor.close()
+    previous = {sig: signal.signal(sig, lambda *_: agent.stop()) for sig in SHUTDOWN_SIGNALS}
+    try:
+        agent.wait()
+        log.info("shutting down")
+    finally:
+        agent.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _log_web_security(web: LiveWebConfig | None) -> None:
@@ -457,37 +423,6 @@ def check(as_json: bool, **kw: Any) -> None:
         for line in text_lines(results):
             click.echo(line)
     sys.exit(status)
-
-
-def attribution_options(func: F) -> F:
-    """How energy is split: for `top`, which measures the way `serve` does."""
-    opts = [
-        _option(
-            "--power.idle",
-            "power_idle",
-            default="auto",
-            callback=_converter(IdlePower.parse),
-            help="idle power per zone: auto (learned), WATTS, or ZONE=WATTS,...",
-        ),
-        _option(
-            "--attribution.idle",
-            "attribution_idle",
-            default="none",
-            type=click.Choice([a.value for a in IdleAttribution]),
-            help="idle energy: none (stays on the node), requests, activity",
-        ),
-        _option(
-            "--attribution.zones",
-            "attribution_zones",
-            default="",
-            callback=_converter(_zone_list),
-            help="zones split among workloads [default: package,dram with RAPL; else hwmon or "
-            "estimate]",
-        ),
-    ]
-    for opt in reversed(opts):
-        func = opt(func)
-    return func
 
 
 @cli.command()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from functools import partial
 
 from exporter.cgroupfs.ns import namespace_root
@@ -75,9 +76,20 @@ def activity_source(
     return procfs, (SourceStatus(EBPF, False, error.reason, error.detail),)
 
 
-def build_monitor(config: Config, progress: Progress | None = None) -> Monitor:
+@dataclass(frozen=True)
+class Parts:
+    """What a Config asks for, built and not started: the monitor, the Kubernetes threads
+    (names, PodResources) and the activity source (eBPF holds programs and maps). The owner
+    starts and closes them (exporter/agent.py)."""
+
+    monitor: Monitor
+    kube: KubeWorkloads
+    activity: ActivitySource
+
+
+def build(config: Config, progress: Progress | None = None) -> Parts:
     """progress: where slow start-up work (compiling the eBPF programs) reports what it waits
-    for; None: plain log lines."""
+    for; None: plain log lines. Starts no thread."""
     procfs = ProcfsSource(config.procfs, namespace_root(config.cgroup_root))
     model = None
     if REGISTRY.enabled(config, ESTIMATE.name):
@@ -87,9 +99,7 @@ def build_monitor(config: Config, progress: Progress | None = None) -> Monitor:
     activity, startup_statuses = activity_source(config, procfs, progress)
     if activity is procfs:  # under hidepid, say so rather than bill our own processes alone
         activity = VisibleProcfs(procfs.tasks, config.procfs)
-    # pod names and GPU holders: background threads, started here, daemon (die with the process)
-    kube = KubeWorkloads.from_config(config)
-    kube.start()
+    kube = KubeWorkloads.from_config(config)  # pod names and GPU holders
     monitor = Monitor(
         cpu=procfs,
         activity=activity,
@@ -113,4 +123,12 @@ def build_monitor(config: Config, progress: Progress | None = None) -> Monitor:
     )
     # PodResources names GPUs by UUID, index or minor number: NVML's view ties them together
     kube.set_gpu_directory(NvmlDirectory(config.procfs, lambda: monitor.snapshot.gpus))
-    return monitor
+    return Parts(monitor, kube, activity)
+
+
+def build_monitor(config: Config, progress: Progress | None = None) -> Monitor:
+    """A monitor with its Kubernetes threads started (daemon threads, left to the process's
+    end): for `wattprobe top` and tests; `serve` uses exporter/agent.py, which closes all."""
+    parts = build(config, progress)
+    parts.kube.start()
+    return parts.monitor
