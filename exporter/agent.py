@@ -12,7 +12,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
 
 from exporter import __version__
 from exporter.config import Config
@@ -24,11 +23,6 @@ from exporter.wiring import Parts, build
 log = logging.getLogger(__name__)
 
 JOIN_TIMEOUT_S = 10.0
-
-
-@runtime_checkable
-class Closeable(Protocol):
-    def close(self) -> None: ...
 
 
 class Agent:
@@ -49,7 +43,6 @@ class Agent:
         self.server: MetricsServer | None = None
         self._loop: threading.Thread | None = None
         self._http: threading.Thread | None = None
-        self._kube_started = False
         self._closed = False
 
     # -- starting ---------------------------------------------------------------------------
@@ -66,8 +59,7 @@ class Agent:
     def _start(self) -> None:
         config = self.config
         self.parts = parts = self._build(config, self._progress)
-        parts.kube.start()
-        self._kube_started = True
+        parts.start()
         self._loop = threading.Thread(target=self._run_loop, name="monitor", daemon=True)
         stall_after = max(3 * config.interval_s, 30.0)
         loop = self._loop
@@ -143,11 +135,5 @@ class Agent:
             self.server.server_close()
         if self._loop is not None and self._loop.ident is not None:
             self._loop.join(JOIN_TIMEOUT_S)
-        parts = self.parts
-        if parts is None:
-            return
-        parts.monitor.close()  # NVML, its event thread, the source reader threads
-        if isinstance(parts.activity, Closeable):
-            parts.activity.close()  # eBPF: detach the programs, close the maps
-        if self._kube_started:
-            parts.kube.stop()
+        if self.parts is not None:
+            self.parts.close()  # NVML, source readers, eBPF, Kubernetes threads and sockets

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from functools import partial
+from typing import Protocol, runtime_checkable
 
 from exporter.cgroupfs.ns import namespace_root
 from exporter.config import ActivitySource as ActivityChoice
@@ -86,6 +87,24 @@ class Parts:
     kube: KubeWorkloads
     activity: ActivitySource
 
+    def start(self) -> None:
+        """Start the Kubernetes threads (pod names, PodResources)."""
+        self.kube.start()
+
+    def close(self) -> None:
+        """Release everything the parts hold, once the monitor's loop has ended: NVML and its
+        event thread, the source reader threads, the eBPF programs and maps, the Kubernetes
+        threads and the PodResources connection (stopping is safe when never started)."""
+        self.monitor.close()
+        if isinstance(self.activity, Closeable):
+            self.activity.close()
+        self.kube.stop()
+
+
+@runtime_checkable
+class Closeable(Protocol):
+    def close(self) -> None: ...
+
 
 def build(config: Config, progress: Progress | None = None) -> Parts:
     """progress: where slow start-up work (compiling the eBPF programs) reports what it waits
@@ -130,5 +149,5 @@ def build_monitor(config: Config, progress: Progress | None = None) -> Monitor:
     """A monitor with its Kubernetes threads started (daemon threads, left to the process's
     end): for `wattprobe top` and tests; `serve` uses exporter/agent.py, which closes all."""
     parts = build(config, progress)
-    parts.kube.start()
+    parts.start()
     return parts.monitor

@@ -13,6 +13,7 @@ import pytest
 
 from exporter.agent import Agent
 from exporter.config import ActivitySource, Config, PodSource
+from tests.ebpfparts import require_ebpf
 from tests.fixturehost import FixtureHost
 from tests.running import start_exporter
 
@@ -125,3 +126,31 @@ def test_serve_exits_0_on_sigint(host: FixtureHost, tmp_path: Path) -> None:
     running = start_exporter([*host.args(), "--activity-source", "procfs"], tmp_path)
     running.proc.send_signal(signal.SIGINT)
     assert running.proc.wait(timeout=15) == 0
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_close_releases_the_ebpf_source(host: FixtureHost, tmp_path: Path) -> None:
+    """eBPF's programs, maps and perf buffers are file descriptors: close() gives them all back."""
+    require_ebpf()
+    config = config_for(host, tmp_path, pod_source=PodSource.NONE)
+    config = Config(
+        **{
+            **config.__dict__,
+            "procfs": Path("/proc"),
+            "cgroupfs": Path("/sys/fs/cgroup"),
+            "activity_source": ActivitySource.EBPF,
+        }
+    )
+    fds_before, threads_before = open_fds(), threads()
+    agent = Agent(config)
+    agent.start()
+    assert agent.parts is not None
+    assert agent.parts.activity.name == "ebpf"
+    assert len(open_fds()) > len(fds_before)  # programs and maps
+    deadline = time.monotonic() + 30
+    while agent.parts.monitor.snapshot.sequence < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    agent.close()
+    assert not wait_until_gone(threads_before), "threads left after close"
+    assert open_fds() == fds_before

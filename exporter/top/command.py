@@ -13,7 +13,7 @@ from exporter.progress import progress_for
 from exporter.top.app import Feed, Interactive, run_batch
 from exporter.top.feeds import HttpFeed, MonitorFeed
 from exporter.top.render import Screen
-from exporter.wiring import build_monitor
+from exporter.wiring import build
 
 DEFAULT_INTERVAL_S = 2.0  # measuring here: a livelier default than serve's 5s
 DEFAULT_POLL_S = 1.0  # reading an exporter: how often to look for its next interval
@@ -39,12 +39,13 @@ def make_feed(config: Config, from_url: str | None, interval_s: float | None) ->
     interval = interval_s or DEFAULT_INTERVAL_S
     progress = progress_for()
     try:
-        monitor = build_monitor(replace(config, interval_s=interval), progress)
+        parts = build(replace(config, interval_s=interval), progress)
     except Exception as exc:  # a source that cannot even be built: one line, no traceback
         raise TopError(f"cannot measure this node: {exc}") from exc
     finally:
         progress.close()
-    return MonitorFeed(monitor, interval)
+    parts.start()
+    return MonitorFeed(parts.monitor, interval, close=parts.close)
 
 
 def run_top(

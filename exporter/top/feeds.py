@@ -42,7 +42,11 @@ Emit = Callable[[FeedEvent], None]
 class MonitorFeed:
     """Steps this process's own Monitor every interval, as `serve` does."""
 
-    def __init__(self, monitor: Monitor, interval_s: float) -> None:
+    def __init__(
+        self, monitor: Monitor, interval_s: float, close: Callable[[], None] | None = None
+    ) -> None:
+        """close: releases what the monitor was built with (wiring.Parts.close); None: the
+        monitor alone."""
         self.label = "this node"
         self.interval_s = interval_s
         # what the screen says until the first frame: before the first scrape, then after it
@@ -50,6 +54,7 @@ class MonitorFeed:
         self.waiting = "measuring the first interval"
         self.expected_s: float | None = interval_s
         self._monitor = monitor
+        self._close = close or monitor.close
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -67,7 +72,7 @@ class MonitorFeed:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        self._monitor.close()
+        self._close()
 
 
 def fetch(url: str, timeout: float = FETCH_TIMEOUT_S) -> str:
