@@ -1,13 +1,12 @@
 """Every source the exporter knows, in preference order: one entry per source module's SPEC.
 
-Adding a source is its module (with a SPEC, exporter/sourcespec.py) and one line in SOURCES:
+Adding a source is its module (with a SPEC, exporter/sourcespec.py) and one line in REGISTRY:
 the --collector.NAME flag, its default, the power sources built, the `check` entry and fixes,
 the zones split among workloads and `top`'s source order all follow from it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exporter import check_kube
@@ -37,9 +36,6 @@ class Registry:
         at = next((i for i, s in enumerate(specs) if s.name == before), len(specs))
         specs.insert(at, spec)
         return Registry(tuple(specs), self.switches)
-
-    def spec(self, name: str) -> SourceSpec:
-        return next(s for s in self.specs if s.name == name)
 
     @property
     def collector_defaults(self) -> dict[str, bool]:
@@ -82,12 +78,8 @@ class Registry:
         return {(s.name, r): fix for s in self.specs for r, fix in s.fixes.items()}
 
 
-def registry_of(specs: Sequence[SourceSpec]) -> Registry:
-    return Registry(tuple(specs))
-
-
 # activity sources, then power sources in preference order, then GPUs and identity
-REGISTRY = registry_of(
+REGISTRY = Registry(
     (
         procfs.SPEC,
         ebpf.SPEC,
