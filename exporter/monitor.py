@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -17,15 +16,14 @@ from exporter.attribution import (
     EnergyKey,
     ZoneEnergy,
     attribute,
-    split_active_idle,
 )
 from exporter.config import IdleAttribution, IdlePower
-from exporter.counters import MAX_PLAUSIBLE_POWER_W, counter_delta_uj, integrate_power_j
 from exporter.deadline import TIMEOUT, Call, DeadlineReads, InlineReads, Outcome, SourceReads
 from exporter.gpu.accounting import GpuAccounting, GpuSource
 from exporter.gpu.attribution import GpuHolders
 from exporter.idle import IdleBaseline
 from exporter.ledger import CounterTable, add_into
+from exporter.meter import DeviceSample, ZoneMeter
 from exporter.readings import (
     CpuTimes,
     EnergyReading,
@@ -38,6 +36,7 @@ from exporter.readings import (
 from exporter.snapshot import (
     EMPTY_SNAPSHOT,
     ContainerCounters,
+    DeviceHealth,
     Energy,
     GpuAllocation,
     NodeZoneEnergy,
@@ -131,7 +130,6 @@ class _Previous:
     cpu: CpuTimes | None = None
     task_cpu: dict[TaskKey, float] = field(default_factory=dict)
     task_ioctls: dict[TaskKey, tuple[tuple[str, int], ...]] = field(default_factory=dict)
-    energy: dict[ZoneId, tuple[EnergyReading, float]] = field(default_factory=dict)
 
 
 class Monitor:
@@ -170,7 +168,7 @@ class Monitor:
         self._gpu_allocations = gpu_allocations
 
         self._prev: _Previous | None = None
-        self._baselines: dict[ZoneId, IdleBaseline] = {}
+        self._meters: dict[ZoneId, ZoneMeter] = {}
         self._measured_seen = False
         self._sequence = 0
         self._snapshot = EMPTY_SNAPSHOT
@@ -217,8 +215,8 @@ class Monitor:
         for i, source in enumerate(self._power_sources):
             outcome = got[f"power.{i}"]
             power = self._take(source.name, outcome, statuses)
-            readings.extend((r, outcome.stamp) for r in power or () if not r.fault)
-        if readings:
+            readings.extend((r, outcome.stamp) for r in power or ())
+        if any(not r.fault for r, _ in readings):
             self._measured_seen = True
         gpu_reading = None
         gpu_stamp = now
@@ -235,7 +233,7 @@ class Monitor:
         cpu_deltas, ioctl_deltas = self._task_deltas(prev, task_list)
         owner = {t.key: classify_task(t.cgroup, t.kernel_thread) for t in task_list}
 
-        zone_energy = self._zone_deltas(prev, readings, usage, now)
+        zone_energy = self._zone_deltas(readings, usage)
         if not self._measured_seen and self._cpu_model is not None and cpu is not None:
             zone_energy.update(self._estimated_zone(prev, cpu, usage, dt, statuses))
 
@@ -280,7 +278,6 @@ class Monitor:
                 if tasks is not None or prev is None
                 else prev.task_ioctls
             ),
-            energy=self._next_energy_baseline(prev, readings),
         )
         self._sequence += 1
         self._snapshot = self._build_snapshot(
@@ -348,41 +345,24 @@ class Monitor:
         return cpu, ioctls
 
     def _zone_deltas(
-        self,
-        prev: _Previous | None,
-        readings: Sequence[tuple[EnergyReading, float]],
-        usage: float | None,
-        now: float,
+        self, readings: Sequence[tuple[EnergyReading, float]], usage: float | None
     ) -> dict[ZoneId, tuple[float, float]]:
-        """(active, idle) joules per measured zone over the interval."""
+        """(active, idle) joules per measured zone over the interval, through each zone's meter
+        (a zone's first reading, and a rejected one, give nothing)."""
         out: dict[ZoneId, tuple[float, float]] = {}
         for reading, stamp in readings:
             zid = (reading.zone, reading.device, reading.source)
-            before = prev.energy.get(zid) if prev else None
-            if before is None:
-                continue  # first reading of this zone: a baseline
-            old, old_stamp = before
-            dt = stamp - old_stamp
-            # A wrap is only recognised between readings of consecutive intervals: after a gap a
-            # lower value could be a wrap or a reset, and inventing energy is worse than losing it.
-            consecutive = prev is not None and old_stamp >= prev.time
-            energy_j = _energy_between(old, reading, dt, wrap_allowed=consecutive)
-            if energy_j is None:
-                log.warning("%s %s (%s): counter reset or implausible jump; re-baselined", *zid)
-                continue
-            out[zid] = self._split_idle(zid, energy_j, dt, usage)
+            meter = self._meters.get(zid)
+            if meter is None:
+                fixed = self.settings.idle_power.for_zone(reading.zone)
+                name = f"{reading.source} {reading.zone} {reading.device}"
+                meter = self._meters[zid] = ZoneMeter(IdleBaseline(fixed_w=fixed), name=name)
+            measured = meter.measure(
+                _device_sample(reading, stamp), interval=self._sequence, utilization=usage
+            )
+            if measured is not None:
+                out[zid] = (measured.active_j, measured.idle_j)
         return out
-
-    def _split_idle(
-        self, zid: ZoneId, energy_j: float, dt: float, usage: float | None
-    ) -> tuple[float, float]:
-        baseline = self._baselines.get(zid)
-        if baseline is None:
-            baseline = IdleBaseline(fixed_w=self.settings.idle_power.for_zone(zid[0]))
-            self._baselines[zid] = baseline
-        if dt > 0:
-            baseline.observe(usage if usage is not None else 0.0, energy_j / dt)
-        return split_active_idle(energy_j, baseline.watts, dt)
 
     def _estimated_zone(
         self,
@@ -521,16 +501,6 @@ class Monitor:
         # Node zones and GPUs never expire: they are bounded by the hardware, and the workload
         # energy already handed out (retired containers included) must keep adding up to them.
 
-    def _next_energy_baseline(
-        self, prev: _Previous | None, readings: Sequence[tuple[EnergyReading, float]]
-    ) -> dict[ZoneId, tuple[EnergyReading, float]]:
-        # A zone missing from this interval keeps its old baseline, so the energy of the gap is
-        # counted when it comes back (if the jump is plausible for the gap's length).
-        energy = dict(prev.energy) if prev else {}
-        for reading, stamp in readings:
-            energy[(reading.zone, reading.device, reading.source)] = (reading, stamp)
-        return energy
-
     # -- snapshot -------------------------------------------------------------------------
 
     def _build_snapshot(
@@ -607,6 +577,13 @@ class Monitor:
             gpus=self._gpu.counters(),
             gpu_container_memory=self._gpu.container_memory(self._names.container),
             ebpf_maps=tuple(maps),
+            devices=(
+                *(
+                    DeviceHealth(source, zone, device, meter.health())
+                    for (zone, device, source), meter in sorted(self._meters.items())
+                ),
+                *(self._gpu.device_health(self._gpus.name) if self._gpus else ()),
+            ),
             pod_info=tuple(_provided(self._pod_info, ())) if self._pod_info else (),
             gpu_allocations=(
                 tuple(_provided(self._gpu_allocations, ())) if self._gpu_allocations else ()
@@ -667,20 +644,15 @@ def _cpu_usage(prev: CpuTimes | None, cur: CpuTimes | None) -> float | None:
     return min(busy / total, 1.0)
 
 
-def _energy_between(
-    old: EnergyReading, new: EnergyReading, dt: float, *, wrap_allowed: bool
-) -> float | None:
-    """Joules between two readings of one zone, or None when the step cannot be trusted."""
-    max_power = new.max_power_w or MAX_PLAUSIBLE_POWER_W
-    if new.energy_uj is not None and old.energy_uj is not None:
-        max_range = new.max_energy_uj if wrap_allowed else None
-        delta = counter_delta_uj(old.energy_uj, new.energy_uj, max_range, dt, max_power)
-        return None if delta is None else delta / 1e6
-    if new.power_w is not None and old.power_w is not None:
-        if not (math.isfinite(new.power_w) and 0 <= new.power_w <= max_power):
-            return None
-        return integrate_power_j(old.power_w, new.power_w, dt)
-    return None
+def _device_sample(reading: EnergyReading, stamp: float) -> DeviceSample:
+    return DeviceSample(
+        stamp=stamp,
+        energy_uj=reading.energy_uj,
+        max_energy_uj=reading.max_energy_uj,
+        power_w=reading.power_w,
+        max_power_w=reading.max_power_w,
+        fault=reading.fault,
+    )
 
 
 def _energy_items(totals: Mapping[EnergyKey, float]) -> tuple[Energy, ...]:

@@ -10,15 +10,8 @@ from exporter.attribution import (
     ZoneEnergy,
     attribute,
     shares,
-    split_active_idle,
 )
 from exporter.workloads.cgroup import SYSTEM, ContainerRef
-
-
-def test_split_active_idle_caps_idle_at_the_measured_energy() -> None:
-    assert split_active_idle(100.0, 10.0, 5.0) == (50.0, 50.0)
-    assert split_active_idle(30.0, 10.0, 5.0) == (0.0, 30.0)
-    assert split_active_idle(-1.0, 10.0, 5.0) == (0.0, 0.0)
 
 
 @given(
