@@ -295,9 +295,10 @@ def cli() -> None:
 @_option(
     "--attribution.idle",
     "attribution_idle",
-    default="none",
+    default="holders",
     type=click.Choice([a.value for a in IdleAttribution]),
-    help="idle energy: none (stays on the node), requests, activity",
+    help="idle energy: holders (a GPU's to the pods holding it), none (stays on the node), "
+    "requests, activity",
 )
 @_option(
     "--attribution.zones",
@@ -463,9 +464,10 @@ def attribution_options(func: F) -> F:
         _option(
             "--attribution.idle",
             "attribution_idle",
-            default="none",
+            default="holders",
             type=click.Choice([a.value for a in IdleAttribution]),
-            help="idle energy: none (stays on the node), requests, activity",
+            help="idle energy: holders (a GPU's to the pods holding it), none (stays on the "
+            "node), requests, activity",
         ),
         _option(
             "--attribution.zones",

@@ -38,8 +38,11 @@ class PodSource(StrEnum):
 
 
 class IdleAttribution(StrEnum):
+    # A GPU's idle goes to the pods holding it (PodResources, else a context on the GPU), by
+    # their active share; CPU zones' idle stays on the node. An unheld GPU's idle too.
+    HOLDERS = "holders"
     NONE = "none"  # idle energy stays on the node
-    REQUESTS = "requests"  # idle goes to the pods that hold the resource (GPUs via PodResources)
+    REQUESTS = "requests"  # a GPU's idle goes evenly to the pods PodResources says hold it
     ACTIVITY = "activity"  # idle is split like active energy
 
 
@@ -154,7 +157,7 @@ class Config:
         default_factory=lambda: frozenset(n for n, on in COLLECTOR_DEFAULTS.items() if on)
     )
     power_idle: IdlePower = field(default_factory=IdlePower)
-    attribution_idle: IdleAttribution = IdleAttribution.NONE
+    attribution_idle: IdleAttribution = IdleAttribution.HOLDERS
     attribution_zones: tuple[str, ...] = ()  # empty: chosen from what the node measures
     retention_s: float = 600.0
     estimate_idle_w: float | None = None  # None: from the core count

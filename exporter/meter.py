@@ -117,6 +117,8 @@ class ZoneMeter:
         if dt <= 0:
             return None
         self.idle.observe(utilization, energy_j / dt, sample.rated_power_w)
+        if utilization == 0:  # the device did nothing: all it drew was idle, whatever the baseline
+            return Measured(0.0, energy_j, dt, method)
         active, idle = split_active_idle(energy_j, self.idle.watts, dt)
         return Measured(active, idle, dt, method)
 
@@ -176,7 +178,8 @@ def _between(base: _Base, new: DeviceSample, interval: int) -> tuple[float, floa
     old = base.sample
     dt = new.stamp - old.stamp
     if old.energy_uj is not None and new.energy_uj is not None:
-        limit_uj = _power_bound(new) * max(dt, 1e-3) * 1e6
+        # the tolerance keeps float rounding of the stamps from rejecting a device at its bound
+        limit_uj = _power_bound(new) * max(dt, 1e-3) * 1e6 * (1 + 1e-9)
         if new.energy_uj >= old.energy_uj:
             delta = new.energy_uj - old.energy_uj
             return (delta / 1e6, dt, COUNTER) if delta <= limit_uj else IMPLAUSIBLE

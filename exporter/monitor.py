@@ -113,7 +113,7 @@ class NoNames:
 @dataclass(frozen=True)
 class MonitorSettings:
     idle_power: IdlePower = field(default_factory=IdlePower)
-    idle_policy: IdleAttribution = IdleAttribution.NONE
+    idle_policy: IdleAttribution = IdleAttribution.HOLDERS
     attribution_zones: tuple[str, ...] = ()  # empty: chosen from what is measured
     with_processes: bool = False
     retention_s: float = 600.0

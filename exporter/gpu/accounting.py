@@ -20,6 +20,7 @@ from exporter.config import IdleAttribution, IdlePower
 from exporter.gpu.attribution import (
     GpuHolders,
     holder_weights,
+    idle_holders,
     ioctls_by_pid,
     process_weights,
 )
@@ -207,6 +208,18 @@ class GpuAccounting:
         attributable_idle = idle
         if self._idle_policy is IdleAttribution.ACTIVITY and weights:
             idle_weights = weights
+        elif self._idle_policy is IdleAttribution.HOLDERS:
+            context = {pid: owner.get(key, UNKNOWN) for pid, key in pid_keys.items()}
+            by_container: dict[ContainerRef, float] = {}
+            for key, w in weights.items():
+                ref = extra_owner.get(key) or owner.get(key, UNKNOWN)
+                by_container[ref] = by_container.get(ref, 0.0) + w
+            held, fraction = idle_holders(
+                gpu, self._holders, set(owner.values()), context, by_container
+            )
+            if held:
+                idle_containers = held
+                attributable_idle = idle * fraction
         elif self._idle_policy is IdleAttribution.REQUESTS and self._holders is not None:
             held, fraction = holder_weights(gpu, self._holders, set(owner.values()))
             if held:
