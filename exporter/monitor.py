@@ -12,8 +12,6 @@ from typing import Protocol, TypeVar, runtime_checkable
 from exporter.attribution import (
     ACTIVE,
     IDLE,
-    UNATTRIBUTED_TASK,
-    EnergyKey,
     ZoneEnergy,
     attribute,
 )
@@ -22,7 +20,7 @@ from exporter.deadline import TIMEOUT, Call, DeadlineReads, InlineReads, Outcome
 from exporter.gpu.accounting import GpuAccounting, GpuSource
 from exporter.gpu.attribution import GpuHolders
 from exporter.idle import IdleBaseline
-from exporter.ledger import CounterTable, add_into
+from exporter.ledger import CounterTable
 from exporter.meter import DeviceSample, ZoneMeter
 from exporter.readings import (
     CpuTimes,
@@ -35,18 +33,15 @@ from exporter.readings import (
 )
 from exporter.snapshot import (
     EMPTY_SNAPSHOT,
-    ContainerCounters,
     DeviceHealth,
-    Energy,
     GpuAllocation,
     NodeZoneEnergy,
-    PodCounters,
     PodInfo,
-    ProcessCounters,
     Snapshot,
 )
 from exporter.sources.estimate import CpuPowerModel
-from exporter.workloads.cgroup import SYSTEM, ContainerRef, classify_task
+from exporter.workload_ledger import WorkloadLedger, energy_items
+from exporter.workloads.cgroup import ContainerRef, classify_task
 
 log = logging.getLogger(__name__)
 
@@ -174,17 +169,7 @@ class Monitor:
         self._snapshot = EMPTY_SNAPSHOT
 
         self._node = CounterTable[ZoneId, str]()
-        self._container_energy = CounterTable[ContainerRef, EnergyKey]()
-        # Activity totals of the containers in _container_energy, which alone decides when a
-        # container's series end, so all of a container's series live and go together.
-        self._container_cpu: dict[ContainerRef, float] = {}
-        self._container_ioctls: dict[ContainerRef, dict[str, float]] = {}
-        self._pod_energy = CounterTable[str, EnergyKey]()
-        self._process_energy = CounterTable[tuple[TaskKey, ContainerRef], EnergyKey]()
-        self._process_meta: dict[tuple[TaskKey, ContainerRef], tuple[int, str]] = {}
-        self._retired_containers: dict[EnergyKey, float] = {}
-        self._pod_retired: dict[str, dict[EnergyKey, float]] = {}
-        self._container_retired: dict[ContainerRef, dict[EnergyKey, float]] = {}
+        self._workloads = WorkloadLedger(with_processes=settings.with_processes)
         # GPUs: read like a power source, accounted per device (exporter/gpu/accounting.py)
         self._gpus = gpus
         self._gpu = GpuAccounting(
@@ -251,16 +236,14 @@ class Monitor:
         zones.extend(gpu.zones)
         split = attribute(zones, owner, with_tasks=self.settings.with_processes)
 
-        self._accumulate(
-            now=now,
-            zone_energy=zone_energy,
-            containers=split.containers,
-            tasks=split.tasks,
-            task_list=task_list,
-            owner=owner,
-        )
-        self._accumulate_activity(now, cpu_deltas, ioctl_deltas, owner)
-        self._expire(now)
+        for zid, (active, idle) in zone_energy.items():
+            self._node.add(zid, ACTIVE, active, now)
+            self._node.add(zid, IDLE, idle, now)
+        # Node zones and GPUs never expire: they are bounded by the hardware, and the workload
+        # energy already handed out (retired containers included) must keep adding up to them.
+        self._workloads.add_energy(now, split, task_list, owner)
+        self._workloads.add_activity(now, cpu_deltas, ioctl_deltas, owner)
+        self._workloads.expire(now, self.settings.retention_s)
 
         # A source that gave nothing this interval keeps its last reading as the baseline, so its
         # next reading's delta covers the gap once (an empty baseline would count every task's
@@ -421,86 +404,6 @@ class Monitor:
             for zone, (active, idle) in sorted(per_kind.items())
         ]
 
-    def _accumulate(
-        self,
-        *,
-        now: float,
-        zone_energy: Mapping[ZoneId, tuple[float, float]],
-        containers: Mapping[ContainerRef, Mapping[EnergyKey, float]],
-        tasks: Mapping[TaskKey, Mapping[EnergyKey, float]],
-        task_list: Sequence[TaskSample],
-        owner: Mapping[TaskKey, ContainerRef],
-    ) -> None:
-        for zid, (active, idle) in zone_energy.items():
-            self._node.add(zid, ACTIVE, active, now)
-            self._node.add(zid, IDLE, idle, now)
-        for ref, amounts in containers.items():
-            self._container_energy.add_all(ref, amounts, now)
-            if ref.pod_uid:
-                self._pod_energy.add_all(ref.pod_uid, amounts, now)
-        if not self.settings.with_processes:
-            return
-        self._drop_reused_pids(task_list)
-        comm = {t.key: (t.pid, t.comm) for t in task_list}
-        comm[UNATTRIBUTED_TASK] = (0, "unattributed")
-        for task, amounts in tasks.items():
-            key = (task, owner.get(task, SYSTEM))
-            self._process_energy.add_all(key, amounts, now)
-            self._process_meta[key] = comm.get(task, (task[0], ""))
-        for t in task_list:
-            key = (t.key, owner[t.key])
-            self._process_energy.touch(key, now)
-            self._process_meta[key] = (t.pid, t.comm)
-
-    def _drop_reused_pids(self, task_list: Sequence[TaskSample]) -> None:
-        """A PID now held by a new process ends the old process's series at once: two series
-        with the same pid/comm/container labels must never be exposed together."""
-        live = {t.pid: t.key for t in task_list if t.pid}
-        stale = [
-            key
-            for key in list(self._process_meta)
-            if key[0][0] in live and live[key[0][0]] != key[0]
-        ]
-        for key in stale:
-            add_into(self._container_retired.setdefault(key[1], {}), self._process_energy.drop(key))
-            del self._process_meta[key]
-
-    def _accumulate_activity(
-        self,
-        now: float,
-        cpu_deltas: Mapping[TaskKey, float],
-        ioctl_deltas: Mapping[TaskKey, Mapping[str, int]],
-        owner: Mapping[TaskKey, ContainerRef],
-    ) -> None:
-        for ref in set(owner.values()):
-            self._container_energy.touch(ref, now)
-            if ref.pod_uid:
-                self._pod_energy.touch(ref.pod_uid, now)
-        for task, seconds in cpu_deltas.items():
-            ref = owner[task]
-            self._container_cpu[ref] = self._container_cpu.get(ref, 0.0) + seconds
-        for task, counts in ioctl_deltas.items():
-            for driver, n in counts.items():
-                add_into(self._container_ioctls.setdefault(owner[task], {}), {driver: float(n)})
-
-    def _expire(self, now: float) -> None:
-        retention = self.settings.retention_s
-        for (_task, ref), totals in self._process_energy.expire(now, retention):
-            add_into(self._container_retired.setdefault(ref, {}), totals)
-        for key in [k for k in self._process_meta if k not in self._process_energy]:
-            del self._process_meta[key]
-        for ref, totals in self._container_energy.expire(now, retention):
-            add_into(self._retired_containers, totals)
-            if ref.pod_uid:
-                add_into(self._pod_retired.setdefault(ref.pod_uid, {}), totals)
-            self._container_retired.pop(ref, None)
-            self._container_cpu.pop(ref, None)
-            self._container_ioctls.pop(ref, None)
-        for pod_uid, _ in self._pod_energy.expire(now, retention):
-            self._pod_retired.pop(pod_uid, None)
-        # Node zones and GPUs never expire: they are bounded by the hardware, and the workload
-        # energy already handed out (retired containers included) must keep adding up to them.
-
     # -- snapshot -------------------------------------------------------------------------
 
     def _build_snapshot(
@@ -516,50 +419,6 @@ class Monitor:
             NodeZoneEnergy(zone, device, source, t.get(ACTIVE, 0.0), t.get(IDLE, 0.0))
             for (zone, device, source), t in sorted(self._node.items())
         )
-        containers = []
-        for ref, energy in self._container_energy.items():
-            namespace, pod, name = self._names.container(ref)
-            cpu = self._container_cpu.get(ref, 0.0)
-            ioctls = self._container_ioctls.get(ref, {})
-            containers.append(
-                ContainerCounters(
-                    container_id=ref.container_id,
-                    pod_uid=ref.pod_uid,
-                    container=name,
-                    pod=pod,
-                    namespace=namespace,
-                    energy=_energy_items(energy),
-                    cpu_seconds=cpu,
-                    gpu_ioctls=tuple(sorted((d, int(n)) for d, n in ioctls.items())),
-                    retired_processes=_energy_items(self._container_retired.get(ref, {})),
-                )
-            )
-        pods = []
-        for pod_uid, energy in self._pod_energy.items():
-            namespace, pod = self._names.pod(pod_uid)
-            pods.append(
-                PodCounters(
-                    pod_uid=pod_uid,
-                    pod=pod,
-                    namespace=namespace,
-                    energy=_energy_items(energy),
-                    retired_containers=_energy_items(self._pod_retired.get(pod_uid, {})),
-                )
-            )
-        processes = []
-        for (task, ref), energy in self._process_energy.items():
-            pid, comm = self._process_meta[(task, ref)]
-            processes.append(
-                ProcessCounters(
-                    task=task,
-                    pid=pid,
-                    comm=comm,
-                    container_id=ref.container_id,
-                    pod_uid=ref.pod_uid,
-                    container=self._names.container(ref)[2],
-                    energy=_energy_items(energy),
-                )
-            )
         maps = self._activity.map_stats() if isinstance(self._activity, ReportsMapStats) else ()
         return Snapshot(
             sequence=self._sequence,
@@ -568,10 +427,10 @@ class Monitor:
             ready=ready,
             cpu_usage_ratio=usage,
             node_energy=node,
-            containers=tuple(containers),
-            pods=tuple(pods),
-            processes=tuple(processes),
-            retired_containers=_energy_items(self._retired_containers),
+            containers=self._workloads.containers(self._names.container),
+            pods=self._workloads.pods(self._names.pod),
+            processes=self._workloads.processes(self._names.container),
+            retired_containers=energy_items(self._workloads.retired_containers),
             sources=tuple(statuses),
             attributed_zones=attributed,
             gpus=self._gpu.counters(),
@@ -653,10 +512,6 @@ def _device_sample(reading: EnergyReading, stamp: float) -> DeviceSample:
         max_power_w=reading.max_power_w,
         fault=reading.fault,
     )
-
-
-def _energy_items(totals: Mapping[EnergyKey, float]) -> tuple[Energy, ...]:
-    return tuple(Energy(z, g, m, j) for (z, g, m), j in sorted(totals.items()))
 
 
 def _provided(fn: Callable[[], Sequence[T]], default: Sequence[T]) -> Sequence[T]:

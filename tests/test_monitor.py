@@ -402,7 +402,7 @@ def package(snap: Snapshot) -> tuple[float, float]:
     return z.active_j, z.idle_j
 
 
-def idle_in_use(snap: Snapshot, zone: str) -> tuple[float, str]:
+def idle_in_use(snap: Snapshot, zone: str) -> tuple[object, str]:
     d = next(d for d in snap.devices if d.zone == zone)
     return d.meter.idle_w, d.meter.idle_origin
 
@@ -415,7 +415,8 @@ def test_steady_full_load_for_an_hour_bills_at_least_90_percent_as_active() -> N
     snap = run_steady(monitor, host, clock, steps=720, usage=0.97, watts=180.0)
     active, idle = package(snap)
     assert active / (active + idle) >= 0.9
-    assert idle_in_use(snap, "package") == (pytest.approx(0.05 * 180.0, rel=1e-3), "prior")
+    watts, origin = idle_in_use(snap, "package")
+    assert (watts, origin) == (pytest.approx(0.05 * 180.0, rel=1e-3), "prior")
     # and the pod was billed that active energy (the attributed zones: package and dram)
     pod = next(p for p in snap.pods if p.pod_uid == POD)
     billed = math.fsum(e.joules for e in pod.energy if e.zone == "package")
@@ -428,7 +429,8 @@ def test_idle_then_busy_learns_the_idle_draw() -> None:
     monitor = make_monitor(host, clock, idle_w=None)
     run_steady(monitor, host, clock, steps=10, usage=0.01, watts=40.0)
     snap = run_steady(monitor, host, clock, steps=720, usage=0.97, watts=180.0)
-    assert idle_in_use(snap, "package") == (pytest.approx(40.0, rel=1e-3), "learned")
+    watts, origin = idle_in_use(snap, "package")
+    assert (watts, origin) == (pytest.approx(40.0, rel=1e-3), "learned")
     before_active, before_idle = package(snap)
     snap = run_steady(monitor, host, clock, steps=10, usage=0.97, watts=180.0)
     active, idle = package(snap)
