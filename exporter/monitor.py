@@ -17,8 +17,9 @@ from exporter.attribution import (
 )
 from exporter.config import IdleAttribution, IdlePower
 from exporter.deadline import TIMEOUT, Call, DeadlineReads, InlineReads, Outcome, SourceReads
-from exporter.gpu.accounting import GpuAccounting, GpuSource
+from exporter.gpu.accounting import GpuAccounting
 from exporter.gpu.attribution import GpuHolders
+from exporter.gpu.backend import GpuBackend
 from exporter.idle import IdleBaseline
 from exporter.ledger import CounterTable
 from exporter.meter import DeviceSample, ZoneMeter
@@ -141,7 +142,7 @@ class Monitor:
         names: WorkloadNames | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
-        gpus: GpuSource | None = None,
+        gpus: GpuBackend | None = None,
         gpu_holders: GpuHolders | None = None,
         startup_statuses: Sequence[SourceStatus] = (),
         status_providers: Sequence[StatusProvider] = (),

@@ -7,6 +7,7 @@ from functools import partial
 
 from exporter.config import ActivitySource as ActivityChoice
 from exporter.config import Config
+from exporter.gpu.backend import LatestReadings
 from exporter.monitor import ActivitySource, Monitor, MonitorSettings, PowerSource
 from exporter.progress import Progress
 from exporter.readings import SourceError, SourceStatus
@@ -93,6 +94,7 @@ def build_monitor(config: Config, progress: Progress | None = None) -> Monitor:
     # pod names and GPU holders: background threads, started here, daemon (die with the process)
     kube = KubeWorkloads.from_config(config)
     kube.start()
+    gpus = LatestReadings(NvmlSource(config.procfs)) if config.enabled("nvml") else None
     monitor = Monitor(
         cpu=procfs,
         activity=activity,
@@ -106,7 +108,7 @@ def build_monitor(config: Config, progress: Progress | None = None) -> Monitor:
             retention_s=config.retention_s,
             read_timeout_s=config.read_timeout_s,
         ),
-        gpus=NvmlSource(config.procfs) if config.enabled("nvml") else None,
+        gpus=gpus,
         startup_statuses=startup_statuses,
         gpu_holders=kube.gpu_holders,
         names=kube.names,
@@ -114,6 +116,7 @@ def build_monitor(config: Config, progress: Progress | None = None) -> Monitor:
         pod_info=kube.pod_info,
         gpu_allocations=kube.gpu_allocations,
     )
-    # PodResources names GPUs by UUID, index or minor number: NVML's view ties them together
-    kube.set_gpu_directory(NvmlDirectory(config.procfs, lambda: monitor.snapshot.gpus))
+    # PodResources names GPUs by UUID, index or minor number: the GPU backend's last read ties
+    # them together
+    kube.set_gpu_directory(NvmlDirectory(config.procfs, gpus.gpus if gpus else tuple))
     return monitor

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from exporter.attribution import ACTIVE, IDLE, ZoneEnergy
 from exporter.config import IdleAttribution, IdlePower
@@ -24,7 +23,7 @@ from exporter.gpu.attribution import (
     ioctls_by_pid,
     process_weights,
 )
-from exporter.gpu.readings import GpuReading, NvmlReading
+from exporter.gpu.readings import GpuReading, GpuReadings
 from exporter.gpu.snapshot import (
     ENERGY_COUNTER,
     POWER_INTEGRAL,
@@ -46,14 +45,6 @@ UNKNOWN_PROCESSES = "unknown_processes"
 # GPU processes whose PID has no task this interval (not visible in this PID namespace).
 UNKNOWN = ContainerRef(pseudo=UNKNOWN_PROCESSES)
 UNMAPPED_START = -1  # start_ticks of such a process's pseudo task: never a real start time
-
-
-class GpuSource(Protocol):
-    name: str
-
-    def read(self) -> NvmlReading: ...
-
-    def close(self) -> None: ...
 
 
 # What container names are looked up with: (namespace, pod, container) of a ContainerRef.
@@ -106,7 +97,7 @@ class GpuAccounting:
 
     def interval(
         self,
-        reading: NvmlReading | None,
+        reading: GpuReadings | None,
         stamp: float,
         *,
         tasks: Sequence[TaskSample],
@@ -154,8 +145,8 @@ class GpuAccounting:
                 )
             )
         statuses = []
-        if reading.xid_watch is not None:
-            w = reading.xid_watch
+        if reading.event_watch is not None:
+            w = reading.event_watch
             statuses.append(SourceStatus(XID_SOURCE, w.up, w.reason, w.detail))
         return GpuInterval(zones, extra_owner, statuses)
 
