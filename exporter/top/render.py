@@ -191,7 +191,7 @@ def workload_section(
     title = Text(f"{noun} by {SORT_LABEL[screen.sort]}", style="bold")
     if frame is not None and frame.cpu_zones:
         title.append(f"   CPU W = {'+'.join(frame.cpu_zones)} active", style="dim")
-    title.append("   IDLE W = idle billed, CPU+GPU", style="dim")
+    title.append("   IDLE W = billed idle", style="dim")
     table = _table(width)
     name_width = max(width - sum(WORKLOAD_COLUMNS) - len(WORKLOAD_COLUMNS), 8)
     table.add_column(noun[:-1], width=name_width, no_wrap=True, overflow="ellipsis")
