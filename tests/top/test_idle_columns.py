@@ -93,15 +93,11 @@ def test_active_and_billed_idle_per_pod_from_a_known_page(frame: Frame) -> None:
     pods = {r.name: r for r in frame.pods}
     assert set(pods) == {"train", "web", "batch"}
     train, web, batch = pods["train"], pods["web"], pods["batch"]
-    assert (train.cpu_w, train.gpu_w) == (pytest.approx(10.0), pytest.approx(600.0))
-    assert (train.cpu_idle_w, train.gpu_idle_w) == (0.0, pytest.approx(30.0))
-    assert (web.cpu_w, web.cpu_idle_w, web.gpu_w, web.gpu_idle_w) == (
-        pytest.approx(5.0),
-        pytest.approx(2.0),
-        0.0,
-        0.0,
-    )
-    assert (batch.cpu_w, batch.gpu_w, batch.idle_w) == (0.0, 0.0, pytest.approx(60.0))
+    # watts: (CPU active, CPU idle billed, GPU active, GPU idle billed)
+    watts = {name: [r.cpu_w, r.cpu_idle_w, r.gpu_w, r.gpu_idle_w] for name, r in pods.items()}
+    assert watts["train"] == pytest.approx([10.0, 0.0, 600.0, 30.0])
+    assert watts["web"] == pytest.approx([5.0, 2.0, 0.0, 0.0])
+    assert watts["batch"] == pytest.approx([0.0, 0.0, 0.0, 60.0])
     # a GPU billed only as idle is still one the pod holds
     assert (train.gpus, web.gpus, batch.gpus) == (("0",), (), ("1",))
     # the container view carries the same numbers (one container per pod here)
