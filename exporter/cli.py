@@ -505,7 +505,7 @@ def attribution_options(func: F) -> F:
 def top(from_url: str | None, interval_s: float | None, once: bool, **kw: Any) -> None:
     """Live view: node power by zone, GPUs, and the pods drawing the most CPU and GPU power.
 
-    Keys: c / g / n sort by CPU power, GPU power, name; v pods or containers; q quits.
+    Keys: c / g / i / n sort by CPU, GPU, billed idle power, name; v pods or containers; q quits.
     Without a terminal (or with --once) screens are printed one after another.
     """
     from exporter.top.command import TopError, metrics_url, run_top  # noqa: PLC0415 (rich loads only here)
