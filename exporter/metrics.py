@@ -120,7 +120,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(
         "pod_energy_joules",
         "counter",
-        "Energy attributed to a pod: the sum of its containers.",
+        "Energy attributed to a pod: the sum of its containers, ended ones included.",
         ("zone", "mode", "pod", "namespace", "pod_uid"),
         ("gpu",),
     ),
