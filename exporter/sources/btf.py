@@ -34,6 +34,7 @@ _EXTRA = {INT: 4, ARRAY: 12, VAR: 4, DECL_TAG: 4}
 _PER_ITEM = {STRUCT: 12, UNION: 12, ENUM: 8, FUNC_PROTO: 8, DATASEC: 12, ENUM64: 12}
 _MODIFIERS = frozenset({TYPEDEF, VOLATILE, CONST, RESTRICT, TYPE_TAG})
 POINTER_SIZE = 8  # the probes only run on 64-bit kernels
+_MAX_NESTING = 16  # anonymous unions in structs: a handful deep; more is corrupt BTF
 
 
 class BtfError(ValueError):
@@ -128,31 +129,34 @@ class Btf:
         raise BtfError(f"no struct {name} in the kernel's BTF")
 
     def size_of(self, type_id: int) -> int:
-        """Bytes of the type, through typedefs and qualifiers."""
-        for _ in range(32):  # a chain of modifiers is short; a loop would be corrupt BTF
+        """Bytes of the type, through typedefs, qualifiers and arrays."""
+        count = 1
+        for _ in range(32):  # chains are short; a longer one (or a loop) is corrupt BTF
             t = self._type(type_id)
             if t.kind in _MODIFIERS:
                 type_id = t.size_or_type
-                continue
-            if t.kind == PTR:
-                return POINTER_SIZE
-            if t.kind in (INT, STRUCT, UNION, ENUM, ENUM64, FLOAT):
-                return t.size_or_type
-            if t.kind == ARRAY:
-                elem, _index, count = struct.unpack_from("<III", self._types, t.data)
-                return self.size_of(int(elem)) * int(count)
-            raise BtfError(f"type {type_id} (kind {t.kind}) has no size")
-        raise BtfError(f"type {type_id}: modifier chain too long")
+            elif t.kind == ARRAY:
+                elem, _index, n = struct.unpack_from("<III", self._types, t.data)
+                type_id, count = int(elem), count * int(n)
+            elif t.kind == PTR:
+                return POINTER_SIZE * count
+            elif t.kind in (INT, STRUCT, UNION, ENUM, ENUM64, FLOAT):
+                return t.size_or_type * count
+            else:
+                raise BtfError(f"type {type_id} (kind {t.kind}) has no size")
+        raise BtfError(f"type {type_id}: type chain too long")
 
     def member(self, struct_name: str, member: str) -> Member:
         """Offset and size of a member of struct struct_name, looking into anonymous unions
         and structs as C does."""
-        found = self._find_member(self.struct_id(struct_name), member, 0)
+        found = self._find_member(self.struct_id(struct_name), member, 0, 0)
         if found is None:
             raise BtfError(f"struct {struct_name} has no member {member}")
         return found
 
-    def _find_member(self, type_id: int, member: str, base: int) -> Member | None:
+    def _find_member(self, type_id: int, member: str, base: int, depth: int) -> Member | None:
+        if depth > _MAX_NESTING:
+            raise BtfError(f"anonymous members nested deeper than {_MAX_NESTING}")
         t = self._type(type_id)
         for i in range(t.vlen):
             name_off, member_type, offset = _MEMBER.unpack_from(self._types, t.data + 12 * i)
@@ -165,7 +169,7 @@ class Btf:
             if not name:  # anonymous union or struct: its members are the outer struct's
                 inner = self._strip(member_type)
                 if self._type(inner).kind in (STRUCT, UNION):
-                    found = self._find_member(inner, member, base + bits // 8)
+                    found = self._find_member(inner, member, base + bits // 8, depth + 1)
                     if found is not None:
                         return found
         return None
