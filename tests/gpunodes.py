@@ -39,6 +39,7 @@ class GpuNodes:
 
 
 def make_gpu_nodes(directory: Path, *, nvidia_major: int = NVIDIA_MAJOR) -> GpuNodes:
+    directory.mkdir(parents=True, exist_ok=True)
     nodes = GpuNodes(
         nvidia0=directory / "nvidia0",
         nvidiactl=directory / "nvidiactl",

@@ -41,7 +41,7 @@ def classify(proc_devices: str) -> dict[int, int]:
             in_char = stripped == "Character devices:"
             continue
         parts = stripped.split(None, 1)
-        if not in_char or len(parts) != 2 or not parts[0].isdigit():
+        if not in_char or len(parts) != 2 or not (parts[0].isascii() and parts[0].isdigit()):
             continue
         major, name = int(parts[0]), parts[1]
         if not 0 < major < MAX_MAJORS:
@@ -59,7 +59,9 @@ class DeviceClasses:
     def __init__(self, table: Any, proc_devices: Path) -> None:
         self._table = table
         self._path = proc_devices
-        self._written: dict[int, int] = {}  # what the map holds besides zeros
+        # what the map holds besides zeros: read once, since another process (the loader)
+        # may have filled it from an older /proc/devices
+        self._written = {int(k.value): int(v.value) for k, v in table.items() if v.value}
 
     @property
     def classes(self) -> dict[int, int]:
@@ -67,14 +69,14 @@ class DeviceClasses:
 
     def refresh(self) -> None:
         """Re-read /proc/devices and write what changed (usually nothing). An unreadable file
-        keeps the map as it is (the first refresh writes the fixed majors regardless)."""
+        keeps the map as it is (an empty map gets the fixed majors regardless)."""
         try:
             text = self._path.read_text()
         except OSError as exc:
             log.debug("cannot read %s: %s", self._path, exc)
             if self._written:
                 return
-            text = ""  # the first refresh: the fixed majors at least
+            text = ""  # an empty map: the fixed majors at least
         wanted = classify(text)
         for major in sorted(set(wanted) | set(self._written)):
             value = wanted.get(major, 0)
