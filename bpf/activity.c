@@ -404,6 +404,13 @@ static __always_inline int read_at(void *dst, u32 size, u64 base, u64 offset) {
     return bpf_probe_read_kernel(dst, size, (void *)(base + offset));
 }
 
+// Fields read together where the layout allows, one probe read instead of two (~25 ns each):
+// fdtable's max_fds and fd (adjacent since 2.6.14), and inode's i_mode ... i_rdev (76 bytes
+// apart on 6.x kernels)
+#define FDT_PAIR (WATTPROBE_OFF_FDT_FD == WATTPROBE_OFF_FDT_MAX_FDS + 8)
+#define INODE_SPAN (WATTPROBE_OFF_INODE_RDEV + 4 - WATTPROBE_OFF_INODE_MODE)
+#define INODE_ONE_READ (WATTPROBE_OFF_INODE_MODE < WATTPROBE_OFF_INODE_RDEV && INODE_SPAN <= 128)
+
 // The device number of the character device fd refers to in the current task, or 0 (not a
 // character device, no such fd, or a read failed). The same walk as the kernel's own fd lookup
 // (current->files->fdt->fd[fd]->f_inode), at offsets from the running kernel's BTF. It runs at
@@ -414,15 +421,40 @@ static __always_inline u32 fd_chr_rdev(u64 fd) {
     u32 max_fds = 0, rdev = 0;
     u16 mode = 0;
     if (read_at(&files, sizeof(files), bpf_get_current_task(), WATTPROBE_OFF_TASK_FILES) ||
-        read_at(&fdt, sizeof(fdt), files, WATTPROBE_OFF_FILES_FDT) ||
-        read_at(&max_fds, sizeof(max_fds), fdt, WATTPROBE_OFF_FDT_MAX_FDS) || fd >= max_fds ||
-        read_at(&fds, sizeof(fds), fdt, WATTPROBE_OFF_FDT_FD) ||
-        read_at(&file, sizeof(file), fds, fd * sizeof(u64)) ||
-        read_at(&inode, sizeof(inode), file, WATTPROBE_OFF_FILE_INODE) ||
-        read_at(&mode, sizeof(mode), inode, WATTPROBE_OFF_INODE_MODE) ||
+        read_at(&fdt, sizeof(fdt), files, WATTPROBE_OFF_FILES_FDT))
+        return 0;
+#if FDT_PAIR
+    struct {
+        u32 max_fds;
+        u32 pad;
+        u64 fd;
+    } pair = {};
+    if (read_at(&pair, sizeof(pair), fdt, WATTPROBE_OFF_FDT_MAX_FDS))
+        return 0;
+    max_fds = pair.max_fds;
+    fds = pair.fd;
+#else
+    if (read_at(&max_fds, sizeof(max_fds), fdt, WATTPROBE_OFF_FDT_MAX_FDS) ||
+        read_at(&fds, sizeof(fds), fdt, WATTPROBE_OFF_FDT_FD))
+        return 0;
+#endif
+    if (fd >= max_fds || read_at(&file, sizeof(file), fds, fd * sizeof(u64)) ||
+        read_at(&inode, sizeof(inode), file, WATTPROBE_OFF_FILE_INODE))
+        return 0;
+#if INODE_ONE_READ
+    u64 span[(INODE_SPAN + 7) / 8] = {};
+    if (read_at(span, INODE_SPAN, inode, WATTPROBE_OFF_INODE_MODE))
+        return 0;
+    mode = *(u16 *)((u8 *)span);
+    rdev = *(u32 *)((u8 *)span + WATTPROBE_OFF_INODE_RDEV - WATTPROBE_OFF_INODE_MODE);
+    if ((mode & S_IFMT_) != S_IFCHR_)
+        return 0;
+#else
+    if (read_at(&mode, sizeof(mode), inode, WATTPROBE_OFF_INODE_MODE) ||
         (mode & S_IFMT_) != S_IFCHR_ ||
         read_at(&rdev, sizeof(rdev), inode, WATTPROBE_OFF_INODE_RDEV))
         return 0;
+#endif
     return rdev;
 }
 
