@@ -140,8 +140,8 @@ def run_scenario(
 
 @pytest.mark.smoke
 def test_golden_metrics(host: FixtureHost, exporter: StartExporter, tmp_path: Path) -> None:
-    with kube_node(tmp_path) as node:
-        _, body = run_scenario(host, exporter, node)
+    with kube_node(tmp_path) as kube:
+        _, body = run_scenario(host, exporter, kube)
     got = normalize(body)
     if os.environ.get("WATTPROBE_UPDATE_GOLDEN") == "1":
         GOLDEN.parent.mkdir(exist_ok=True)
@@ -187,8 +187,8 @@ def test_exposition_passes_promtool(
     host: FixtureHost, exporter: StartExporter, tmp_path: Path
 ) -> None:
     promtool = require_binary("promtool")
-    with kube_node(tmp_path) as node:
-        _, body = run_scenario(host, exporter, node)
+    with kube_node(tmp_path) as kube:
+        _, body = run_scenario(host, exporter, kube)
     result = subprocess.run(
         [promtool, "check", "metrics"],
         input=body,
