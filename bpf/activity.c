@@ -1,7 +1,10 @@
 // wattprobe activity probes: on-CPU time, exited tasks and GPU ioctls per process and cgroup.
 //
-// Tracepoint arguments and BPF helpers only, never kernel struct fields, so any kernel headers
-// compile this file. Counters are cumulative; userspace (exporter/sources/ebpf.py) takes deltas.
+// Tracepoint arguments and BPF helpers only, never kernel struct fields through the headers, so
+// any kernel headers compile this file. The one exception, the ioctl probe's walk from a file
+// descriptor to its device number, reads at offsets userspace takes from the running kernel's
+// BTF (exporter/sources/btf.py), never from the headers. Counters are cumulative; userspace
+// (exporter/sources/ebpf.py) takes deltas.
 //
 // sched_switch runs on every context switch, so it is a raw tracepoint where the kernel allows
 // it (5.18+, WATTPROBE_RAW_SWITCH): a classic tracepoint formats its arguments into a buffer
@@ -25,6 +28,8 @@
 //   cgroup_paths  LRU hash, cgroup id -> path of cgroups made since userspace last read it (it
 //                 deletes what it reads), so a cgroup removed before userspace walks the cgroup
 //                 tree still has a name
+//   dev_class  array, char device major -> DEV_NVIDIA or DEV_DRM (0: neither); userspace fills
+//              it from /proc/devices (and keeps it current: nvidia-uvm's major is dynamic)
 //
 // The hot paths (every context switch, every ioctl) do not read the current cgroup: an entry
 // takes it when it is made, and cgroup:cgroup_attach_task and sched:sched_process_exec keep it
@@ -37,12 +42,16 @@
 // Userspace passes: WATTPROBE_MAX_TASKS, WATTPROBE_MAX_CGROUPS, and optionally
 // WATTPROBE_RAW_SWITCH (attach sched_switch as a raw tracepoint; then WATTPROBE_SEEN_BITS too),
 // WATTPROBE_HAVE_GROUP_DEAD (sched_process_exit has a group_dead field: recent kernels, e.g. 6.18),
-// WATTPROBE_IOCTLS (syscalls:sys_enter_ioctl exists), WATTPROBE_EXEC (sched_process_exec exists),
+// WATTPROBE_IOCTLS (syscalls:sys_enter_ioctl exists; then the WATTPROBE_OFF_* offsets from BTF),
+// WATTPROBE_EXEC (sched_process_exec exists),
 // WATTPROBE_CGROUP_ATTACH (cgroup:cgroup_attach_task with a 64-bit dst_id exists),
 // WATTPROBE_CGROUP_PATHS (cgroup:cgroup_mkdir exists).
 
-#define DRV_NVIDIA 0  // _IOC type 'F' (0x46): NVIDIA's /dev/nvidia* control and device nodes
-#define DRV_DRM 1     // _IOC type 'd' (0x64): DRM (/dev/dri/*)
+// GPU ioctls: _IOC type 'F' (0x46) on an NVIDIA character device (/dev/nvidia*), and type 'd'
+// (0x64) on a DRM one (/dev/dri/*). The type alone is not enough: framebuffer (FBIO*) ioctls
+// are type 'F' too, and any file takes any command.
+#define DRV_NVIDIA 0
+#define DRV_DRM 1
 #define N_DRIVERS 2
 
 // sched_switch prev_state bits of a task that has finished do_exit (EXIT_DEAD, EXIT_ZOMBIE as
@@ -381,15 +390,94 @@ TRACEPOINT_PROBE(cgroup, cgroup_mkdir) {
 #endif
 
 #ifdef WATTPROBE_IOCTLS
+#define DEV_MAJORS 4096  // a kernel dev_t has 12 bits of major (MINORBITS 20)
+#define DEV_NVIDIA 1     // dev_class values: DRV_* + 1, 0 for any other device
+#define DEV_DRM 2
+#define S_IFMT_ 0170000
+#define S_IFCHR_ 0020000
+BPF_ARRAY(dev_class, u32, DEV_MAJORS);
+
+// Reads size bytes at base + offset; 0 on a fault or a NULL base
+static __always_inline int read_at(void *dst, u32 size, u64 base, u64 offset) {
+    if (!base)
+        return -1;
+    return bpf_probe_read_kernel(dst, size, (void *)(base + offset));
+}
+
+// Fields read together where the layout allows, one probe read instead of two (~25 ns each):
+// fdtable's max_fds and fd (adjacent since 2.6.14), and inode's i_mode ... i_rdev (76 bytes
+// apart on 6.x kernels)
+#define FDT_PAIR (WATTPROBE_OFF_FDT_FD == WATTPROBE_OFF_FDT_MAX_FDS + 8)
+#define INODE_SPAN (WATTPROBE_OFF_INODE_RDEV + 4 - WATTPROBE_OFF_INODE_MODE)
+#define INODE_ONE_READ (WATTPROBE_OFF_INODE_MODE < WATTPROBE_OFF_INODE_RDEV && INODE_SPAN <= 128)
+
+// The device number of the character device fd refers to in the current task, or 0 (not a
+// character device, no such fd, or a read failed). The same walk as the kernel's own fd lookup
+// (current->files->fdt->fd[fd]->f_inode), at offsets from the running kernel's BTF. It runs at
+// syscall entry, before the kernel's lookup: a concurrent close or dup2 races it just as it
+// races the ioctl itself. The probe runs under RCU and every read tolerates a fault.
+static __always_inline u32 fd_chr_rdev(u64 fd) {
+    u64 files = 0, fdt = 0, fds = 0, file = 0, inode = 0;
+    u32 max_fds = 0, rdev = 0;
+    u16 mode = 0;
+    if (read_at(&files, sizeof(files), bpf_get_current_task(), WATTPROBE_OFF_TASK_FILES) ||
+        read_at(&fdt, sizeof(fdt), files, WATTPROBE_OFF_FILES_FDT))
+        return 0;
+#if FDT_PAIR
+    struct {
+        u32 max_fds;
+        u32 pad;
+        u64 fd;
+    } pair = {};
+    if (read_at(&pair, sizeof(pair), fdt, WATTPROBE_OFF_FDT_MAX_FDS))
+        return 0;
+    max_fds = pair.max_fds;
+    fds = pair.fd;
+#else
+    if (read_at(&max_fds, sizeof(max_fds), fdt, WATTPROBE_OFF_FDT_MAX_FDS) ||
+        read_at(&fds, sizeof(fds), fdt, WATTPROBE_OFF_FDT_FD))
+        return 0;
+#endif
+    if (fd >= max_fds || read_at(&file, sizeof(file), fds, fd * sizeof(u64)) ||
+        read_at(&inode, sizeof(inode), file, WATTPROBE_OFF_FILE_INODE))
+        return 0;
+#if INODE_ONE_READ
+    u64 span[(INODE_SPAN + 7) / 8] = {};
+    if (read_at(span, INODE_SPAN, inode, WATTPROBE_OFF_INODE_MODE))
+        return 0;
+    mode = *(u16 *)((u8 *)span);
+    rdev = *(u32 *)((u8 *)span + WATTPROBE_OFF_INODE_RDEV - WATTPROBE_OFF_INODE_MODE);
+    if ((mode & S_IFMT_) != S_IFCHR_)
+        return 0;
+#else
+    if (read_at(&mode, sizeof(mode), inode, WATTPROBE_OFF_INODE_MODE) ||
+        (mode & S_IFMT_) != S_IFCHR_ ||
+        read_at(&rdev, sizeof(rdev), inode, WATTPROBE_OFF_INODE_RDEV))
+        return 0;
+#endif
+    return rdev;
+}
+
 TRACEPOINT_PROBE(syscalls, sys_enter_ioctl) {
     u32 type = (args->cmd >> 8) & 0xff;  // _IOC_TYPE: bits 8..15 on every architecture
-    if (type != 0x46 && type != 0x64)
+    u32 driver;
+    if (type == 0x46)
+        driver = DRV_NVIDIA;
+    else if (type == 0x64)
+        driver = DRV_DRM;
+    else
+        return 0;  // the common case: no memory read at all
+    u32 major = fd_chr_rdev(args->fd) >> 20;  // MAJOR() of a kernel dev_t
+    if (!major)
+        return 0;
+    u32 *class = dev_class.lookup(&major);
+    if (!class || *class != driver + 1)
         return 0;
     // counted in this CPU's running slot; the next sched_switch adds it to the process
     u32 zero = 0;
     struct slice *s = running.lookup(&zero);
     if (s)
-        s->ioctls[type == 0x46 ? DRV_NVIDIA : DRV_DRM] += 1;
+        s->ioctls[driver] += 1;
     return 0;
 }
 #endif

@@ -7,7 +7,10 @@ Conventions every query follows (the tests check them):
   one zone kind, never across zone kinds, so every power series keeps its zone;
 - the recording rules of alerts/wattprobe.rules.yml serve the fleet-wide views; drill-downs
   into a few pods read the raw counters with $__rate_interval;
-- energy in kWh is joules / 3.6e6.
+- energy in kWh is joules / 3.6e6;
+- what a pod is billed is all of its energy, active and idle (mode="idle": the idle of GPUs it
+  holds, CPU idle where --attribution.idle hands it out): billing views sum over mode and show
+  the split beside it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from alerts.generate import DEFAULT_JOB, job_selector
 from dashboards.grafana import (
     JSON,
     Layout,
+    Panel,
     Query,
     bargauge,
     dashboard,
@@ -39,7 +43,10 @@ CRITICAL_XIDS = "48|63|64|74|79|94|95"  # as in the WattprobeGpuXidError alert
 NODE_POWER = "node_zone_source_mode:wattprobe_node_energy_joules:sum_rate5m"
 POD_POWER = "namespace_pod_zone:wattprobe_pod_energy_joules:sum_rate5m"
 NAMESPACE_POWER = "namespace_zone:wattprobe_pod_energy_joules:sum_rate5m"
+POD_ENERGY = "wattprobe_pod_energy_joules_total"
+IDLE_POWER = "wattprobe_idle_power_watts"
 J_PER_KWH = "3.6e6"
+BILLED_COLUMNS = {"Value #A": "Energy", "Value #B": "Active", "Value #C": "Idle"}
 # joins a MIG instance's series to its profile (3g.20gb ...) and MIG device UUID
 MIG_PROFILE = (
     "* on (uuid, gpu_instance, compute_instance) group_left (profile, mig_uuid) "
@@ -56,6 +63,7 @@ def xid_events(counter: str, window: str) -> str:
 
 
 ESTIMATED_DASHED = dashed("byRegexp", ".*\\(estimated\\).*")
+PRIOR_DASHED = dashed("byRegexp", ".*\\(prior\\).*")
 ESTIMATED_NOTE = (
     " Series marked (estimated), dashed, are modelled from CPU usage on nodes without a power"
     " sensor."
@@ -71,6 +79,47 @@ class Settings:
 def sel(*extra: str) -> str:
     """The common selector: cluster, node, plus extra matchers."""
     return "{" + ", ".join(['cluster="$cluster"', 'node=~"$node"', *extra]) + "}"
+
+
+def billed_energy(by: str, *matchers: str) -> list[Query]:
+    """Pod energy over the dashboard's range in kWh, per `by`: all of it (A, what is billed), its
+    active part (B) and the idle billed (C). B and C are 0, not missing, where a pod has no such
+    series (a pod holding a GPU it never used has only idle), so every row has all three and
+    A = B + C."""
+
+    def increase(mode: str) -> str:
+        selector = sel(*matchers, 'mode="' + mode + '"')
+        return f"increase({POD_ENERGY}{selector}[$__range])"
+
+    def part(mode: str, other: str) -> Query:
+        return Query(
+            f"sum by ({by}) ({increase(mode)} or {increase(other)} * 0) / {J_PER_KWH}",
+            instant=True,
+            table=True,
+        )
+
+    total = f"sum by ({by}) (increase({POD_ENERGY}{sel(*matchers)}[$__range])) / {J_PER_KWH}"
+    return [Query(total, instant=True, table=True), part("active", "idle"), part("idle", "active")]
+
+
+def idle_baseline(title: str, description: str, *matchers: str, gpu: bool) -> Panel:
+    """The idle power each zone or GPU is measured against, by where it comes from."""
+    device = "GPU {{device}}" if gpu else "{{zone}} {{device}}"
+    return timeseries(
+        title,
+        description
+        + " origin: learned (from intervals that were idle, or the intercept of power against"
+        " utilization), configured (--power.idle), prior (a conservative default until there is"
+        " evidence; dashed). docs/attribution.md says how each is found.",
+        [
+            Query(
+                f"max by (node, zone, device, origin) ({IDLE_POWER}{sel(*matchers)})",
+                f"{{{{node}}}} {device} ({{{{origin}}}})",
+            )
+        ],
+        "watt",
+        overrides=[PRIOR_DASHED],
+    )
 
 
 def _cluster_variable(settings: Settings) -> JSON:
@@ -184,8 +233,9 @@ def cluster_power(settings: Settings) -> JSON:
         ),
         timeseries(
             "Active vs idle power by zone",
-            "Idle is the learned baseline power of a zone at low activity; active is the rest, "
-            "which wattprobe splits among workloads.",
+            "Idle is the zone's idle baseline power (panel Idle power baseline); active is the "
+            "rest, which wattprobe splits among workloads. Idle billed to pods (the GPUs they "
+            "hold) is part of idle here.",
             [Query(f"sum by (zone, mode) ({NODE_POWER}{sel()})", "{{zone}} {{mode}}")],
             "watt",
         ),
@@ -197,12 +247,19 @@ def cluster_power(settings: Settings) -> JSON:
             "watt",
             rename={"Value": "Power"},
         ),
+        idle_baseline(
+            "Idle power baseline",
+            "The idle power each zone and GPU of a node is measured against: energy up to it "
+            "is idle, the rest active.",
+            gpu=False,
+        ),
     )
     lay.row("Workloads")
     lay.add(
         bargauge(
             "Top namespaces by power",
-            "The 10 namespaces drawing the most power on the selected nodes, per zone kind.",
+            "The 10 namespaces drawing the most power on the selected nodes, per zone kind: "
+            "active and the idle billed to their pods.",
             [
                 Query(
                     f"topk(10, sum by (namespace, zone) ({POD_POWER}{sel()}))",
@@ -214,7 +271,8 @@ def cluster_power(settings: Settings) -> JSON:
         ),
         bargauge(
             "Top pods by power",
-            "The 10 pods drawing the most power on the selected nodes, per zone kind.",
+            "The 10 pods drawing the most power on the selected nodes, per zone kind: active "
+            "and the idle billed to them.",
             [
                 Query(
                     f"topk(10, sum by (namespace, pod, zone) ({POD_POWER}{sel()}))",
@@ -226,7 +284,7 @@ def cluster_power(settings: Settings) -> JSON:
         ),
         timeseries(
             "Namespace power",
-            "Power attributed to each namespace over time, per zone kind.",
+            "Power attributed to each namespace over time, per zone kind, active and billed idle.",
             [Query(f"sum by (namespace, zone) ({POD_POWER}{sel()})", "{{namespace}} {{zone}}")],
             "watt",
         ),
@@ -278,20 +336,14 @@ def cluster_power(settings: Settings) -> JSON:
         ),
         table(
             "Namespace energy over the selected range",
-            "Energy attributed to each namespace over the dashboard's time range, per zone "
-            "kind, in kWh: the basis for billing teams.",
-            [
-                Query(
-                    "sum by (namespace, zone) (increase(wattprobe_pod_energy_joules_total"
-                    + sel()
-                    + f"[$__range])) / {J_PER_KWH}",
-                    instant=True,
-                    table=True,
-                )
-            ],
+            "Energy billed to each namespace over the dashboard's time range, per zone kind, in "
+            "kWh: the basis for billing teams. Energy = Active + Idle, Idle being the idle "
+            "energy billed to its pods (the GPUs they hold; CPU idle where --attribution.idle "
+            "hands it out).",
+            billed_energy("namespace, zone"),
             "kwatth",
             width=24,
-            rename={"Value": "Energy"},
+            rename=BILLED_COLUMNS,
             sort_by="Energy",
         ),
     )
@@ -321,13 +373,15 @@ def pod_power(settings: Settings) -> JSON:
     lay.add(
         timeseries(
             "Namespace power by zone",
-            "Power attributed to the namespace's pods on the selected nodes, per zone kind.",
+            "Power attributed to the namespace's pods on the selected nodes, per zone kind: "
+            "active and billed idle.",
             [Query(f"sum by (zone) ({POD_POWER}{namespace})", "{{zone}}")],
             "watt",
         ),
         table(
             "Pods of the namespace by power",
-            "Current power of every pod of the namespace, per zone kind.",
+            "Current power of every pod of the namespace, per zone kind, active and billed "
+            "idle together.",
             [
                 Query(
                     f"sort_desc(sum by (pod, zone) ({POD_POWER}{namespace}))",
@@ -358,26 +412,27 @@ def pod_power(settings: Settings) -> JSON:
         timeseries(
             "Pod CPU power",
             "Power of the CPU zones (package, dram, or the node's sensor) attributed to each "
-            "selected pod.",
+            "selected pod, active and idle apart (idle: where --attribution.idle hands it out).",
             [
                 Query(
-                    "sum by (pod, zone) (rate(wattprobe_pod_energy_joules_total"
+                    "sum by (pod, zone, mode) (rate(wattprobe_pod_energy_joules_total"
                     + sel('namespace="$namespace"', 'pod=~"$pod"', 'zone!="gpu"')
                     + "[$__rate_interval]))",
-                    "{{pod}} {{zone}}",
+                    "{{pod}} {{zone}} {{mode}}",
                 )
             ],
             "watt",
         ),
         timeseries(
             "Pod GPU power",
-            "GPU power attributed to each selected pod, per GPU.",
+            "GPU power attributed to each selected pod, per GPU, active and idle apart: idle is "
+            "the idle power of a GPU the pod holds, billed to it.",
             [
                 Query(
-                    "sum by (pod, gpu) (rate(wattprobe_pod_energy_joules_total"
+                    "sum by (pod, gpu, mode) (rate(wattprobe_pod_energy_joules_total"
                     + sel('namespace="$namespace"', 'pod=~"$pod"', 'zone="gpu"')
                     + "[$__rate_interval]))",
-                    "{{pod}} GPU {{gpu}}",
+                    "{{pod}} GPU {{gpu}} {{mode}}",
                 )
             ],
             "watt",
@@ -419,8 +474,8 @@ def pod_power(settings: Settings) -> JSON:
         ),
         bargauge(
             "Pod energy over the selected range",
-            "Energy attributed to each selected pod over the dashboard's time range, per zone "
-            "kind, in kWh.",
+            "Energy billed to each selected pod over the dashboard's time range, per zone kind, "
+            "in kWh: active and billed idle (the split: Pod energy, active and idle).",
             [
                 Query(
                     "sum by (pod, zone) (increase(wattprobe_pod_energy_joules_total"
@@ -432,15 +487,25 @@ def pod_power(settings: Settings) -> JSON:
             ],
             "kwatth",
         ),
+        table(
+            "Pod energy, active and idle",
+            "Energy billed to each selected pod over the dashboard's time range, per zone kind, "
+            "in kWh: Energy = Active + Idle, Idle being the idle energy billed to it (the GPUs "
+            "it holds; CPU idle where --attribution.idle hands it out).",
+            billed_energy("pod, zone", 'namespace="$namespace"', 'pod=~"$pod"'),
+            "kwatth",
+            rename=BILLED_COLUMNS,
+            sort_by="Energy",
+        ),
         timeseries(
             "Container power",
-            "Power attributed to each container of the selected pods, per zone kind.",
+            "Power attributed to each container of the selected pods, per zone kind, active and "
+            "billed idle apart.",
             [
                 Query(
-                    "sum by (pod, container, zone) (rate(wattprobe_container_energy_joules_total"
-                    + pods
-                    + "[$__rate_interval]))",
-                    "{{pod}}/{{container}} {{zone}}",
+                    "sum by (pod, container, zone, mode) "
+                    "(rate(wattprobe_container_energy_joules_total" + pods + "[$__rate_interval]))",
+                    "{{pod}}/{{container}} {{zone}} {{mode}}",
                 )
             ],
             "watt",
@@ -674,8 +739,8 @@ def gpu_fleet(settings: Settings) -> JSON:
         ),
         timeseries(
             "GPU energy: active vs idle power",
-            "Power from the GPU energy counters, split into the learned idle baseline and the "
-            "active rest.",
+            "Power from the GPU energy counters, split into the idle baseline (panel GPU idle "
+            "power baseline) and the active rest. A held GPU's idle is billed to its holders.",
             [
                 Query(
                     "sum by (node, gpu, mode) (rate(wattprobe_gpu_energy_joules_total"
@@ -685,6 +750,13 @@ def gpu_fleet(settings: Settings) -> JSON:
                 )
             ],
             "watt",
+        ),
+        idle_baseline(
+            "GPU idle power baseline",
+            "The idle power each GPU is measured against: energy up to it is idle (billed to "
+            "the pods holding the GPU), the rest active.",
+            'zone="gpu"',
+            gpu=True,
         ),
         timeseries(
             "GPU clocks",
@@ -732,20 +804,22 @@ def gpu_fleet(settings: Settings) -> JSON:
         ),
         timeseries(
             "Per-pod GPU power",
-            "GPU power attributed to each pod, per GPU.",
+            "GPU power attributed to each pod, per GPU, active and idle apart: idle is the idle "
+            "power of a GPU the pod holds, billed to it.",
             [
                 Query(
-                    "sum by (namespace, pod, gpu) (rate(wattprobe_pod_energy_joules_total"
+                    "sum by (namespace, pod, gpu, mode) (rate(wattprobe_pod_energy_joules_total"
                     + sel('zone="gpu"', 'gpu=~"$gpu"')
                     + "[$__rate_interval]))",
-                    "{{namespace}}/{{pod}} GPU {{gpu}}",
+                    "{{namespace}}/{{pod}} GPU {{gpu}} {{mode}}",
                 )
             ],
             "watt",
         ),
         bargauge(
             "Per-pod GPU energy over the selected range",
-            "GPU energy attributed to each pod over the dashboard's time range, in kWh.",
+            "GPU energy billed to each pod over the dashboard's time range, in kWh: active and "
+            "the idle of the GPUs it holds.",
             [
                 Query(
                     "topk(20, sum by (namespace, pod) (increase(wattprobe_pod_energy_joules_total"

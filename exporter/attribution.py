@@ -25,13 +25,6 @@ ACTIVE = "active"
 IDLE = "idle"
 
 
-def split_active_idle(energy_j: float, idle_power_w: float, dt_s: float) -> tuple[float, float]:
-    """(active, idle): idle = min(P_idle * dt, dE), so neither part is ever negative."""
-    energy_j = max(energy_j, 0.0)
-    idle = min(max(idle_power_w, 0.0) * max(dt_s, 0.0), energy_j)
-    return energy_j - idle, idle
-
-
 def shares(total: float, weights: Mapping[K, float]) -> dict[K, float]:
     """Split total in proportion to the positive weights; {} when there is nothing to split.
 

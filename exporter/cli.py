@@ -256,9 +256,10 @@ def attribution_options(func: F) -> F:
         _option(
             "--attribution.idle",
             "attribution_idle",
-            default="none",
+            default="holders",
             type=click.Choice([a.value for a in IdleAttribution]),
-            help="idle energy: none (stays on the node), requests, activity",
+            help="idle energy: holders (a GPU's to the pods holding it), none (stays on the "
+            "node), requests, activity",
         ),
         _option(
             "--attribution.zones",
@@ -447,7 +448,7 @@ def check(as_json: bool, **kw: Any) -> None:
 def top(from_url: str | None, interval_s: float | None, once: bool, **kw: Any) -> None:
     """Live view: node power by zone, GPUs, and the pods drawing the most CPU and GPU power.
 
-    Keys: c / g / n sort by CPU power, GPU power, name; v pods or containers; q quits.
+    Keys: c / g / i / n sort by CPU, GPU, billed idle power, name; v pods or containers; q quits.
     Without a terminal (or with --once) screens are printed one after another.
     """
     from exporter.top.command import TopError, metrics_url, run_top  # noqa: PLC0415 (rich loads only here)

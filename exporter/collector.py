@@ -15,6 +15,7 @@ from prometheus_client.registry import Collector
 
 from exporter import __version__
 from exporter.gpu.collect import gpu_families
+from exporter.meter import REJECT_REASONS
 from exporter.metrics import BY_NAME, PREFIX
 from exporter.snapshot import Energy, Snapshot
 
@@ -68,6 +69,16 @@ class SnapshotCollector(Collector):
             _add(duration, {"source": s.source}, s.duration_s)
         yield up
         yield duration
+        device_up = _family("device_up")
+        rejected = _family("device_rejected_readings")
+        for d in snap.devices:
+            ids = {"source": d.source, "zone": d.zone, "device": d.device}
+            _add(device_up, ids, 1 if d.meter.up else 0)
+            counts = dict(d.meter.rejected)
+            for reason in REJECT_REASONS:  # every reason from the start: increase() sees the first
+                _add(rejected, {**ids, "reason": reason}, counts.get(reason, 0))
+        yield device_up
+        yield rejected
 
     def _node_metrics(self, snap: Snapshot) -> Iterator[Metric]:
         if snap.cpu_usage_ratio is not None:
@@ -80,6 +91,11 @@ class SnapshotCollector(Collector):
             _add(node, {**labels, "mode": "active"}, z.active_j)
             _add(node, {**labels, "mode": "idle"}, z.idle_j)
         yield node
+        idle = _family("idle_power_watts")
+        for d in snap.devices:
+            labels = {"source": d.source, "zone": d.zone, "device": d.device}
+            _add(idle, {**labels, "origin": d.meter.idle_origin}, d.meter.idle_w)
+        yield idle
 
     def _workload_metrics(self, snap: Snapshot) -> Iterator[Metric]:
         container_energy = _family("container_energy_joules")

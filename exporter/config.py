@@ -41,8 +41,11 @@ class PodSource(StrEnum):
 
 
 class IdleAttribution(StrEnum):
+    # A GPU's idle goes to the pods holding it (PodResources, else a context on the GPU), by
+    # their active share; CPU zones' idle stays on the node. An unheld GPU's idle too.
+    HOLDERS = "holders"
     NONE = "none"  # idle energy stays on the node
-    REQUESTS = "requests"  # idle goes to the pods that hold the resource (GPUs via PodResources)
+    REQUESTS = "requests"  # a GPU's idle goes evenly to the pods PodResources says hold it
     ACTIVITY = "activity"  # idle is split like active energy
 
 
@@ -159,7 +162,7 @@ class Config:
     # the --collector.NAME flags that are on; None: each one's default (exporter/registry.py)
     collectors: frozenset[str] | None = None
     power_idle: IdlePower = field(default_factory=IdlePower)
-    attribution_idle: IdleAttribution = IdleAttribution.NONE
+    attribution_idle: IdleAttribution = IdleAttribution.HOLDERS
     attribution_zones: tuple[str, ...] = ()  # empty: chosen from what the node measures
     retention_s: float = 600.0
     estimate_idle_w: float | None = None  # None: from the core count

@@ -63,6 +63,33 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("source",),
         section="Exporter",
     ),
+    MetricSpec(
+        "device_up",
+        "gauge",
+        "1 if the device's last reading was accepted; 0 if it was unreadable or rejected (its "
+        'last good reading stays the baseline). Devices are node zones and GPUs (zone="gpu", '
+        "device = GPU index). source_up says whether the source as a whole worked.",
+        ("source", "zone", "device"),
+        section="Exporter",
+    ),
+    MetricSpec(
+        "device_rejected_readings",
+        "counter",
+        'Readings of a device that counted no energy: reason="unreadable" (the source could not '
+        'read or parse it), "implausible" (out of range, or more energy than the device can draw '
+        'in the time), "reset" (a counter went back without a wrap).',
+        ("source", "zone", "device", "reason"),
+        section="Exporter",
+    ),
+    MetricSpec(
+        "idle_power_watts",
+        "gauge",
+        'Idle power baseline in use per device: origin="learned" (from intervals the device was '
+        'idle, or the intercept of a fit over a wide utilization range), "configured" '
+        '(--power.idle) or "prior" (a share of the rated or highest power seen, until idleness '
+        "is observed; docs/attribution.md).",
+        ("source", "zone", "device", "origin"),
+    ),
     MetricSpec("node_cpu_usage_ratio", "gauge", "Node CPU busy fraction over the last interval."),
     MetricSpec(
         "node_energy_joules",
@@ -93,7 +120,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(
         "pod_energy_joules",
         "counter",
-        "Energy attributed to a pod: the sum of its containers.",
+        "Energy attributed to a pod: the sum of its containers, ended ones included.",
         ("zone", "mode", "pod", "namespace", "pod_uid"),
         ("gpu",),
     ),

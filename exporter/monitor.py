@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -13,21 +12,19 @@ from typing import Protocol, TypeVar, runtime_checkable
 from exporter.attribution import (
     ACTIVE,
     IDLE,
-    UNATTRIBUTED_TASK,
-    EnergyKey,
     ZoneEnergy,
     attribute,
-    split_active_idle,
 )
 from exporter.cgroupfs.classify import classify_task
 from exporter.config import IdleAttribution, IdlePower
-from exporter.counters import MAX_PLAUSIBLE_POWER_W, counter_delta_uj, integrate_power_j
 from exporter.deadline import TIMEOUT, Call, DeadlineReads, InlineReads, Outcome, SourceReads
-from exporter.gpu.accounting import GpuAccounting, GpuSource
+from exporter.gpu.accounting import GpuAccounting
 from exporter.gpu.attribution import GpuHolders
-from exporter.identity import SYSTEM, ContainerRef, NoNames, WorkloadNames
+from exporter.gpu.backend import GpuBackend
+from exporter.identity import NoNames, WorkloadNames
 from exporter.idle import IdleBaseline
-from exporter.ledger import CounterTable, add_into
+from exporter.ledger import CounterTable
+from exporter.meter import DeviceSample, ZoneMeter
 from exporter.readings import (
     CpuTimes,
     EnergyReading,
@@ -40,16 +37,14 @@ from exporter.readings import (
 from exporter.registry import REGISTRY
 from exporter.snapshot import (
     EMPTY_SNAPSHOT,
-    ContainerCounters,
-    Energy,
+    DeviceHealth,
     GpuAllocation,
     NodeZoneEnergy,
-    PodCounters,
     PodInfo,
-    ProcessCounters,
     Snapshot,
 )
 from exporter.sources.estimate import ESTIMATED, CpuPowerModel
+from exporter.workload_ledger import WorkloadLedger, energy_items
 from exporter.zones import workload_zones
 
 log = logging.getLogger(__name__)
@@ -90,7 +85,7 @@ StatusProvider = Callable[[], Sequence[SourceStatus]]
 @dataclass(frozen=True)
 class MonitorSettings:
     idle_power: IdlePower = field(default_factory=IdlePower)
-    idle_policy: IdleAttribution = IdleAttribution.NONE
+    idle_policy: IdleAttribution = IdleAttribution.HOLDERS
     attribution_zones: tuple[str, ...] = ()  # empty: chosen from what is measured
     with_processes: bool = False
     retention_s: float = 600.0
@@ -107,7 +102,6 @@ class _Previous:
     cpu: CpuTimes | None = None
     task_cpu: dict[TaskKey, float] = field(default_factory=dict)
     task_ioctls: dict[TaskKey, tuple[tuple[str, int], ...]] = field(default_factory=dict)
-    energy: dict[ZoneId, tuple[EnergyReading, float]] = field(default_factory=dict)
 
 
 class Monitor:
@@ -124,7 +118,7 @@ class Monitor:
         names: WorkloadNames | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
-        gpus: GpuSource | None = None,
+        gpus: GpuBackend | None = None,
         gpu_holders: GpuHolders | None = None,
         startup_statuses: Sequence[SourceStatus] = (),
         status_providers: Sequence[StatusProvider] = (),
@@ -146,23 +140,13 @@ class Monitor:
         self._gpu_allocations = gpu_allocations
 
         self._prev: _Previous | None = None
-        self._baselines: dict[ZoneId, IdleBaseline] = {}
+        self._meters: dict[ZoneId, ZoneMeter] = {}
         self._measured_seen = False
         self._sequence = 0
         self._snapshot = EMPTY_SNAPSHOT
 
         self._node = CounterTable[ZoneId, str]()
-        self._container_energy = CounterTable[ContainerRef, EnergyKey]()
-        # Activity totals of the containers in _container_energy, which alone decides when a
-        # container's series end, so all of a container's series live and go together.
-        self._container_cpu: dict[ContainerRef, float] = {}
-        self._container_ioctls: dict[ContainerRef, dict[str, float]] = {}
-        self._pod_energy = CounterTable[str, EnergyKey]()
-        self._process_energy = CounterTable[tuple[TaskKey, ContainerRef], EnergyKey]()
-        self._process_meta: dict[tuple[TaskKey, ContainerRef], tuple[int, str]] = {}
-        self._retired_containers: dict[EnergyKey, float] = {}
-        self._pod_retired: dict[str, dict[EnergyKey, float]] = {}
-        self._container_retired: dict[ContainerRef, dict[EnergyKey, float]] = {}
+        self._workloads = WorkloadLedger(with_processes=settings.with_processes)
         # GPUs: read like a power source, accounted per device (exporter/gpu/accounting.py)
         self._gpus = gpus
         self._gpu = GpuAccounting(
@@ -193,8 +177,8 @@ class Monitor:
         for i, source in enumerate(self._power_sources):
             outcome = got[f"power.{i}"]
             power = self._take(source.name, outcome, statuses)
-            readings.extend((r, outcome.stamp) for r in power or () if not r.fault)
-        if readings:
+            readings.extend((r, outcome.stamp) for r in power or ())
+        if any(not r.fault for r, _ in readings):
             self._measured_seen = True
         gpu_reading = None
         gpu_stamp = now
@@ -211,7 +195,7 @@ class Monitor:
         cpu_deltas, ioctl_deltas = self._task_deltas(prev, task_list)
         owner = {t.key: classify_task(t.cgroup, t.kernel_thread) for t in task_list}
 
-        zone_energy = self._zone_deltas(prev, readings, usage, now)
+        zone_energy = self._zone_deltas(readings, usage)
         if not self._measured_seen and self._cpu_model is not None and cpu is not None:
             zone_energy.update(self._estimated_zone(prev, cpu, usage, dt, statuses))
 
@@ -229,16 +213,14 @@ class Monitor:
         zones.extend(gpu.zones)
         split = attribute(zones, owner, with_tasks=self.settings.with_processes)
 
-        self._accumulate(
-            now=now,
-            zone_energy=zone_energy,
-            containers=split.containers,
-            tasks=split.tasks,
-            task_list=task_list,
-            owner=owner,
-        )
-        self._accumulate_activity(now, cpu_deltas, ioctl_deltas, owner)
-        self._expire(now)
+        for zid, (active, idle) in zone_energy.items():
+            self._node.add(zid, ACTIVE, active, now)
+            self._node.add(zid, IDLE, idle, now)
+        # Node zones and GPUs never expire: they are bounded by the hardware, and the workload
+        # energy already handed out (retired containers included) must keep adding up to them.
+        self._workloads.add_energy(now, split, task_list, owner)
+        self._workloads.add_activity(now, cpu_deltas, ioctl_deltas, owner)
+        self._workloads.expire(now, self.settings.retention_s)
 
         # A source that gave nothing this interval keeps its last reading as the baseline, so its
         # next reading's delta covers the gap once (an empty baseline would count every task's
@@ -256,7 +238,6 @@ class Monitor:
                 if tasks is not None or prev is None
                 else prev.task_ioctls
             ),
-            energy=self._next_energy_baseline(prev, readings),
         )
         self._sequence += 1
         self._snapshot = self._build_snapshot(
@@ -324,41 +305,24 @@ class Monitor:
         return cpu, ioctls
 
     def _zone_deltas(
-        self,
-        prev: _Previous | None,
-        readings: Sequence[tuple[EnergyReading, float]],
-        usage: float | None,
-        now: float,
+        self, readings: Sequence[tuple[EnergyReading, float]], usage: float | None
     ) -> dict[ZoneId, tuple[float, float]]:
-        """(active, idle) joules per measured zone over the interval."""
+        """(active, idle) joules per measured zone over the interval, through each zone's meter
+        (a zone's first reading, and a rejected one, give nothing)."""
         out: dict[ZoneId, tuple[float, float]] = {}
         for reading, stamp in readings:
             zid = (reading.zone, reading.device, reading.source)
-            before = prev.energy.get(zid) if prev else None
-            if before is None:
-                continue  # first reading of this zone: a baseline
-            old, old_stamp = before
-            dt = stamp - old_stamp
-            # A wrap is only recognised between readings of consecutive intervals: after a gap a
-            # lower value could be a wrap or a reset, and inventing energy is worse than losing it.
-            consecutive = prev is not None and old_stamp >= prev.time
-            energy_j = _energy_between(old, reading, dt, wrap_allowed=consecutive)
-            if energy_j is None:
-                log.warning("%s %s (%s): counter reset or implausible jump; re-baselined", *zid)
-                continue
-            out[zid] = self._split_idle(zid, energy_j, dt, usage)
+            meter = self._meters.get(zid)
+            if meter is None:
+                fixed = self.settings.idle_power.for_zone(reading.zone)
+                name = f"{reading.source} {reading.zone} {reading.device}"
+                meter = self._meters[zid] = ZoneMeter(IdleBaseline(fixed_w=fixed), name=name)
+            measured = meter.measure(
+                _device_sample(reading, stamp), interval=self._sequence, utilization=usage
+            )
+            if measured is not None:
+                out[zid] = (measured.active_j, measured.idle_j)
         return out
-
-    def _split_idle(
-        self, zid: ZoneId, energy_j: float, dt: float, usage: float | None
-    ) -> tuple[float, float]:
-        baseline = self._baselines.get(zid)
-        if baseline is None:
-            baseline = IdleBaseline(fixed_w=self.settings.idle_power.for_zone(zid[0]))
-            self._baselines[zid] = baseline
-        if dt > 0:
-            baseline.observe(usage if usage is not None else 0.0, energy_j / dt)
-        return split_active_idle(energy_j, baseline.watts, dt)
 
     def _estimated_zone(
         self,
@@ -408,96 +372,6 @@ class Monitor:
             for zone, (active, idle) in sorted(per_kind.items())
         ]
 
-    def _accumulate(
-        self,
-        *,
-        now: float,
-        zone_energy: Mapping[ZoneId, tuple[float, float]],
-        containers: Mapping[ContainerRef, Mapping[EnergyKey, float]],
-        tasks: Mapping[TaskKey, Mapping[EnergyKey, float]],
-        task_list: Sequence[TaskSample],
-        owner: Mapping[TaskKey, ContainerRef],
-    ) -> None:
-        for zid, (active, idle) in zone_energy.items():
-            self._node.add(zid, ACTIVE, active, now)
-            self._node.add(zid, IDLE, idle, now)
-        for ref, amounts in containers.items():
-            self._container_energy.add_all(ref, amounts, now)
-            if ref.pod_uid:
-                self._pod_energy.add_all(ref.pod_uid, amounts, now)
-        if not self.settings.with_processes:
-            return
-        self._drop_reused_pids(task_list)
-        comm = {t.key: (t.pid, t.comm) for t in task_list}
-        comm[UNATTRIBUTED_TASK] = (0, "unattributed")
-        for task, amounts in tasks.items():
-            key = (task, owner.get(task, SYSTEM))
-            self._process_energy.add_all(key, amounts, now)
-            self._process_meta[key] = comm.get(task, (task[0], ""))
-        for t in task_list:
-            key = (t.key, owner[t.key])
-            self._process_energy.touch(key, now)
-            self._process_meta[key] = (t.pid, t.comm)
-
-    def _drop_reused_pids(self, task_list: Sequence[TaskSample]) -> None:
-        """A PID now held by a new process ends the old process's series at once: two series
-        with the same pid/comm/container labels must never be exposed together."""
-        live = {t.pid: t.key for t in task_list if t.pid}
-        stale = [
-            key
-            for key in list(self._process_meta)
-            if key[0][0] in live and live[key[0][0]] != key[0]
-        ]
-        for key in stale:
-            add_into(self._container_retired.setdefault(key[1], {}), self._process_energy.drop(key))
-            del self._process_meta[key]
-
-    def _accumulate_activity(
-        self,
-        now: float,
-        cpu_deltas: Mapping[TaskKey, float],
-        ioctl_deltas: Mapping[TaskKey, Mapping[str, int]],
-        owner: Mapping[TaskKey, ContainerRef],
-    ) -> None:
-        for ref in set(owner.values()):
-            self._container_energy.touch(ref, now)
-            if ref.pod_uid:
-                self._pod_energy.touch(ref.pod_uid, now)
-        for task, seconds in cpu_deltas.items():
-            ref = owner[task]
-            self._container_cpu[ref] = self._container_cpu.get(ref, 0.0) + seconds
-        for task, counts in ioctl_deltas.items():
-            for driver, n in counts.items():
-                add_into(self._container_ioctls.setdefault(owner[task], {}), {driver: float(n)})
-
-    def _expire(self, now: float) -> None:
-        retention = self.settings.retention_s
-        for (_task, ref), totals in self._process_energy.expire(now, retention):
-            add_into(self._container_retired.setdefault(ref, {}), totals)
-        for key in [k for k in self._process_meta if k not in self._process_energy]:
-            del self._process_meta[key]
-        for ref, totals in self._container_energy.expire(now, retention):
-            add_into(self._retired_containers, totals)
-            if ref.pod_uid:
-                add_into(self._pod_retired.setdefault(ref.pod_uid, {}), totals)
-            self._container_retired.pop(ref, None)
-            self._container_cpu.pop(ref, None)
-            self._container_ioctls.pop(ref, None)
-        for pod_uid, _ in self._pod_energy.expire(now, retention):
-            self._pod_retired.pop(pod_uid, None)
-        # Node zones and GPUs never expire: they are bounded by the hardware, and the workload
-        # energy already handed out (retired containers included) must keep adding up to them.
-
-    def _next_energy_baseline(
-        self, prev: _Previous | None, readings: Sequence[tuple[EnergyReading, float]]
-    ) -> dict[ZoneId, tuple[EnergyReading, float]]:
-        # A zone missing from this interval keeps its old baseline, so the energy of the gap is
-        # counted when it comes back (if the jump is plausible for the gap's length).
-        energy = dict(prev.energy) if prev else {}
-        for reading, stamp in readings:
-            energy[(reading.zone, reading.device, reading.source)] = (reading, stamp)
-        return energy
-
     # -- snapshot -------------------------------------------------------------------------
 
     def _build_snapshot(
@@ -513,50 +387,6 @@ class Monitor:
             NodeZoneEnergy(zone, device, source, t.get(ACTIVE, 0.0), t.get(IDLE, 0.0))
             for (zone, device, source), t in sorted(self._node.items())
         )
-        containers = []
-        for ref, energy in self._container_energy.items():
-            namespace, pod, name = self._names.container(ref)
-            cpu = self._container_cpu.get(ref, 0.0)
-            ioctls = self._container_ioctls.get(ref, {})
-            containers.append(
-                ContainerCounters(
-                    container_id=ref.container_id,
-                    pod_uid=ref.pod_uid,
-                    container=name,
-                    pod=pod,
-                    namespace=namespace,
-                    energy=_energy_items(energy),
-                    cpu_seconds=cpu,
-                    gpu_ioctls=tuple(sorted((d, int(n)) for d, n in ioctls.items())),
-                    retired_processes=_energy_items(self._container_retired.get(ref, {})),
-                )
-            )
-        pods = []
-        for pod_uid, energy in self._pod_energy.items():
-            namespace, pod = self._names.pod(pod_uid)
-            pods.append(
-                PodCounters(
-                    pod_uid=pod_uid,
-                    pod=pod,
-                    namespace=namespace,
-                    energy=_energy_items(energy),
-                    retired_containers=_energy_items(self._pod_retired.get(pod_uid, {})),
-                )
-            )
-        processes = []
-        for (task, ref), energy in self._process_energy.items():
-            pid, comm = self._process_meta[(task, ref)]
-            processes.append(
-                ProcessCounters(
-                    task=task,
-                    pid=pid,
-                    comm=comm,
-                    container_id=ref.container_id,
-                    pod_uid=ref.pod_uid,
-                    container=self._names.container(ref)[2],
-                    energy=_energy_items(energy),
-                )
-            )
         maps = self._activity.map_stats() if isinstance(self._activity, ReportsMapStats) else ()
         return Snapshot(
             sequence=self._sequence,
@@ -565,15 +395,22 @@ class Monitor:
             ready=ready,
             cpu_usage_ratio=usage,
             node_energy=node,
-            containers=tuple(containers),
-            pods=tuple(pods),
-            processes=tuple(processes),
-            retired_containers=_energy_items(self._retired_containers),
+            containers=self._workloads.containers(self._names.container),
+            pods=self._workloads.pods(self._names.pod),
+            processes=self._workloads.processes(self._names.container),
+            retired_containers=energy_items(self._workloads.retired_containers),
             sources=tuple(statuses),
             attributed_zones=attributed,
             gpus=self._gpu.counters(),
             gpu_container_memory=self._gpu.container_memory(self._names.container),
             ebpf_maps=tuple(maps),
+            devices=(
+                *(
+                    DeviceHealth(source, zone, device, meter.health())
+                    for (zone, device, source), meter in sorted(self._meters.items())
+                ),
+                *(self._gpu.device_health(self._gpus.name) if self._gpus else ()),
+            ),
             pod_info=tuple(_provided(self._pod_info, ())) if self._pod_info else (),
             gpu_allocations=(
                 tuple(_provided(self._gpu_allocations, ())) if self._gpu_allocations else ()
@@ -634,24 +471,15 @@ def _cpu_usage(prev: CpuTimes | None, cur: CpuTimes | None) -> float | None:
     return min(busy / total, 1.0)
 
 
-def _energy_between(
-    old: EnergyReading, new: EnergyReading, dt: float, *, wrap_allowed: bool
-) -> float | None:
-    """Joules between two readings of one zone, or None when the step cannot be trusted."""
-    max_power = new.max_power_w or MAX_PLAUSIBLE_POWER_W
-    if new.energy_uj is not None and old.energy_uj is not None:
-        max_range = new.max_energy_uj if wrap_allowed else None
-        delta = counter_delta_uj(old.energy_uj, new.energy_uj, max_range, dt, max_power)
-        return None if delta is None else delta / 1e6
-    if new.power_w is not None and old.power_w is not None:
-        if not (math.isfinite(new.power_w) and 0 <= new.power_w <= max_power):
-            return None
-        return integrate_power_j(old.power_w, new.power_w, dt)
-    return None
-
-
-def _energy_items(totals: Mapping[EnergyKey, float]) -> tuple[Energy, ...]:
-    return tuple(Energy(z, g, m, j) for (z, g, m), j in sorted(totals.items()))
+def _device_sample(reading: EnergyReading, stamp: float) -> DeviceSample:
+    return DeviceSample(
+        stamp=stamp,
+        energy_uj=reading.energy_uj,
+        max_energy_uj=reading.max_energy_uj,
+        power_w=reading.power_w,
+        max_power_w=reading.max_power_w,
+        fault=reading.fault,
+    )
 
 
 def _provided(fn: Callable[[], Sequence[T]], default: Sequence[T]) -> Sequence[T]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.gpu.snapshot import ContainerGpuMemory, GpuCounters
+from exporter.meter import MeterHealth
 from exporter.readings import MapStats, SourceStatus, TaskKey
 
 
@@ -51,6 +52,17 @@ class PodCounters:
     namespace: str
     energy: tuple[Energy, ...]
     retired_containers: tuple[Energy, ...] = ()  # energy of this pod's dropped containers
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceHealth:
+    """One measured device (a RAPL zone, an hwmon sensor, a GPU): its meter's read health,
+    rejected readings and idle baseline."""
+
+    source: str
+    zone: str
+    device: str
+    meter: MeterHealth
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +118,7 @@ class Snapshot:
     ebpf_maps: tuple[MapStats, ...] = ()  # fill and evictions of the eBPF maps, when in use
     pod_info: tuple[PodInfo, ...] = ()  # only with --kube.pod-labels
     gpu_allocations: tuple[GpuAllocation, ...] = ()  # from the kubelet's PodResources API
+    devices: tuple[DeviceHealth, ...] = ()  # every device a meter has seen, GPUs included
 
 
 EMPTY_SNAPSHOT = Snapshot(

@@ -10,6 +10,7 @@ from typing import Protocol, runtime_checkable
 from exporter.cgroupfs.ns import namespace_root
 from exporter.config import ActivitySource as ActivityChoice
 from exporter.config import Config
+from exporter.gpu.backend import LatestReadings
 from exporter.gpu.check import SPEC as NVML
 from exporter.monitor import ActivitySource, Monitor, MonitorSettings, PowerSource
 from exporter.progress import Progress
@@ -119,6 +120,9 @@ def build(config: Config, progress: Progress | None = None) -> Parts:
     if activity is procfs:  # under hidepid, say so rather than bill our own processes alone
         activity = VisibleProcfs(procfs.tasks, config.procfs)
     kube = KubeWorkloads.from_config(config)  # pod names and GPU holders
+    gpus = (
+        LatestReadings(NvmlSource(config.procfs)) if REGISTRY.enabled(config, NVML.name) else None
+    )
     monitor = Monitor(
         cpu=procfs,
         activity=activity,
@@ -132,7 +136,7 @@ def build(config: Config, progress: Progress | None = None) -> Parts:
             retention_s=config.retention_s,
             read_timeout_s=config.read_timeout_s,
         ),
-        gpus=NvmlSource(config.procfs) if REGISTRY.enabled(config, NVML.name) else None,
+        gpus=gpus,
         startup_statuses=startup_statuses,
         gpu_holders=kube.gpu_holders,
         names=kube.names,
@@ -140,14 +144,16 @@ def build(config: Config, progress: Progress | None = None) -> Parts:
         pod_info=kube.pod_info,
         gpu_allocations=kube.gpu_allocations,
     )
-    # PodResources names GPUs by UUID, index or minor number: NVML's view ties them together
-    kube.set_gpu_directory(NvmlDirectory(config.procfs, lambda: monitor.snapshot.gpus))
+    # PodResources names GPUs by UUID, index or minor number: the GPU backend's last read ties
+    # them together
+    kube.set_gpu_directory(NvmlDirectory(config.procfs, gpus.gpus if gpus else tuple))
     return Parts(monitor, kube, activity)
 
 
 def build_monitor(config: Config, progress: Progress | None = None) -> Monitor:
     """A monitor with its Kubernetes threads started (daemon threads, left to the process's
-    end): for `wattprobe top` and tests; `serve` uses exporter/agent.py, which closes all."""
+    end): for tests and benchmarks; `serve` uses exporter/agent.py and `top` its MonitorFeed,
+    which close all."""
     parts = build(config, progress)
     parts.start()
     return parts.monitor

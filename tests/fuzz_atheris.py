@@ -25,8 +25,8 @@ import yaml  # noqa: F401
 with atheris.instrument_imports(include=["exporter"]):
     from exporter.cgroupfs.classify import cgroup_lines, parse_cgroup_path
     from exporter.config import IdlePower, parse_duration, parse_listen_address
-    from exporter.counters import MAX_PLAUSIBLE_POWER_W, counter_delta_uj
     from exporter.identity import ContainerRef
+    from exporter.meter import MAX_PLAUSIBLE_POWER_W, DeviceSample, ZoneMeter
     from exporter.sources.procfs import parse_cpu_times, parse_stat
     from exporter.web.auth import parse_basic
     from exporter.web.config import WebConfigError, parse_web_config
@@ -107,12 +107,23 @@ def web_config(fdp: atheris.FuzzedDataProvider) -> None:
 
 
 def counter(fdp: atheris.FuzzedDataProvider) -> None:
-    prev = fdp.ConsumeIntInRange(0, 2**64)
-    cur = fdp.ConsumeIntInRange(0, 2**64)
-    max_range = fdp.ConsumeIntInRange(0, 2**64) if fdp.ConsumeBool() else None
-    dt = fdp.ConsumeFloatInRange(1e-4, 3600.0)
-    delta = counter_delta_uj(prev, cur, max_range, dt)
-    assert delta is None or 0 <= delta <= MAX_PLAUSIBLE_POWER_W * max(dt, 1e-3) * 1e6
+    """Any sequence of counter and power readings: the meter never counts more than the bound
+    allows over the time that passed, and never a negative amount."""
+    meter = ZoneMeter()
+    stamp = counted = allowed = 0.0
+    for interval in range(fdp.ConsumeIntInRange(1, 20)):
+        step = fdp.ConsumeFloatInRange(1e-4, 3600.0)
+        stamp += step
+        allowed += MAX_PLAUSIBLE_POWER_W * max(step, 1e-3)
+        energy = fdp.ConsumeIntInRange(0, 2**65) if fdp.ConsumeBool() else None
+        power = fdp.ConsumeRegularFloat() if fdp.ConsumeBool() else None
+        wrap = fdp.ConsumeIntInRange(0, 2**64) if fdp.ConsumeBool() else None
+        sample = DeviceSample(stamp, energy_uj=energy, max_energy_uj=wrap, power_w=power)
+        measured = meter.measure(sample, interval=interval, utilization=None)
+        if measured is not None:
+            assert measured.active_j >= 0 and measured.idle_j >= 0
+            counted += measured.energy_j
+    assert counted <= allowed * (1 + 1e-9)
 
 
 TARGETS: list[Callable[[atheris.FuzzedDataProvider], None]] = [

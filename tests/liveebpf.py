@@ -4,8 +4,9 @@ Its exporter reads the real /proc and /sys with `--activity-source ebpf` (real p
 bcc, tracefs, kernel headers, cgroup v2; tests/ebpfparts.py). This machine has no RAPL and no
 hwmon sensor (both report reason="absent", and power is estimated) and no NVIDIA driver. A
 process in a kubepods-like real cgroup v2 directory (tests/kubecgroups.py) issues NVIDIA-type
-(`_IOC` type 'F') and DRM-type ('d') ioctls on /dev/null at a steady rate, so the GPU ioctl
-counters and the eBPF map gauges have data; the node's fake kubelet names its pod.
+(`_IOC` type 'F') ioctls on an NVIDIA device node and DRM-type ('d') ones on a DRM node (mknod'd,
+no driver behind them: tests/gpunodes.py) at a steady rate, so the GPU ioctl counters and the
+eBPF map gauges have data; the node's fake kubelet names its pod.
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from tests.gpunodes import make_gpu_nodes
 from tests.kubecgroups import KubeContainer, kube_container
 from tests.kubefakes import Ctr, pod_object
 
@@ -28,16 +32,18 @@ DRM_PER_BATCH = 10
 BATCH_S = 0.1
 
 # Joins the container's cgroup itself (the test process runs threads: no preexec_fn), says so,
-# then issues the ioctls (ENOTTY on /dev/null: the probe counts the syscall, not its result)
-# until its parent goes away.
+# then issues the ioctls on O_PATH fds of the nodes (EBADF: the probe counts the syscall, not its
+# result) until its parent goes away.
 IOCTL_LOOP = """
 import fcntl, os, sys, time
-procs, nvidia, drm, batch_s = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+procs, nodes = sys.argv[1], sys.argv[2]
+nvidia, drm, batch_s = int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
 with open(procs, "w") as f:
     f.write(str(os.getpid()))
 parent = os.getppid()
-fd = os.open("/dev/null", os.O_RDONLY)
-def call(cmd):
+nv = os.open(os.path.join(nodes, "nvidia0"), os.O_PATH)
+card = os.open(os.path.join(nodes, "card0"), os.O_PATH)
+def call(fd, cmd):
     try:
         fcntl.ioctl(fd, cmd, bytes(16))
     except OSError:
@@ -45,9 +51,9 @@ def call(cmd):
 print("in", flush=True)
 while os.getppid() == parent:
     for i in range(nvidia):
-        call(0xC0104600 | (i & 0xFF))  # _IOWR('F', nr, 16)
+        call(nv, 0xC0104600 | (i & 0xFF))  # _IOWR('F', nr, 16)
     for i in range(drm):
-        call(0xC0106400 | (i & 0xFF))  # _IOWR('d', nr, 16)
+        call(card, 0xC0106400 | (i & 0xFF))  # _IOWR('d', nr, 16)
     time.sleep(batch_s)
 """
 
@@ -86,12 +92,14 @@ def start_gpu_client() -> GpuClient:
     stack = contextlib.ExitStack()
     try:
         container = stack.enter_context(kube_container())
+        nodes = make_gpu_nodes(Path(stack.enter_context(tempfile.TemporaryDirectory())))
         proc = subprocess.Popen(
             [
                 sys.executable,
                 "-c",
                 IOCTL_LOOP,
                 str(container.path / "cgroup.procs"),
+                str(nodes.directory),
                 str(NVIDIA_PER_BATCH),
                 str(DRM_PER_BATCH),
                 str(BATCH_S),

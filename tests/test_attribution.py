@@ -10,15 +10,8 @@ from exporter.attribution import (
     ZoneEnergy,
     attribute,
     shares,
-    split_active_idle,
 )
 from exporter.identity import SYSTEM, ContainerRef
-
-
-def test_split_active_idle_caps_idle_at_the_measured_energy() -> None:
-    assert split_active_idle(100.0, 10.0, 5.0) == (50.0, 50.0)
-    assert split_active_idle(30.0, 10.0, 5.0) == (0.0, 30.0)
-    assert split_active_idle(-1.0, 10.0, 5.0) == (0.0, 0.0)
 
 
 @given(
@@ -75,3 +68,31 @@ def test_no_activity_goes_to_system_processes_through_the_unattributed_task() ->
     result = attribute([ZoneEnergy("package", "", 10.0, 0.0, {})], {}, with_tasks=True)
     assert result.containers == {SYSTEM: {("package", "", "active"): 10.0}}
     assert result.tasks == {UNATTRIBUTED_TASK: {("package", "", "active"): 10.0}}
+
+
+@given(
+    active=st.floats(1.0, 1e5),
+    tasks=st.dictionaries(
+        st.tuples(st.integers(1, 100), st.integers(0, 3)),
+        st.tuples(st.integers(0, len(CONTAINERS) - 1), st.floats(0.001, 100)),
+        min_size=1,
+        max_size=30,
+    ),
+)
+def test_each_container_gets_energy_in_proportion_to_its_activity(
+    active: float, tasks: dict[tuple[int, int], tuple[int, float]]
+) -> None:
+    """Conservation alone would pass with the energy handed to the wrong containers: each
+    container's part must be its share of the zone's activity, and each task's its share."""
+    weights = {k: w for k, (_, w) in tasks.items()}
+    owner = {k: CONTAINERS[c] for k, (c, _) in tasks.items()}
+    result = attribute([ZoneEnergy("package", "", active, 0.0, weights)], owner, with_tasks=True)
+    total_weight = math.fsum(weights.values())
+    key = ("package", "", "active")
+    for ref in set(owner.values()):
+        expected = active * math.fsum(w for t, w in weights.items() if owner[t] == ref)
+        got = result.containers[ref][key]
+        assert math.isclose(got, expected / total_weight, rel_tol=1e-9, abs_tol=1e-9)
+    for task, w in weights.items():
+        got = result.tasks[task][key]
+        assert math.isclose(got, active * w / total_weight, rel_tol=1e-9, abs_tol=1e-9)

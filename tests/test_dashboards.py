@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from dashboards.generate import DASHBOARDS_DIR, drifted, rendered
 from dashboards.grafana import DATASOURCE, GRID_WIDTH, SCHEMA_VERSION
 from dashboards.wattprobe import Settings, build_all
 from tests.grafanaschema import NODE_MODULES, grafana_schema_version, typecheck
-from tests.promql import GRAFANA_BUILTINS, refs, template_variables
+from tests.promql import GRAFANA_BUILTINS, refs, substitute, template_variables
 from tests.realparts import missing, require_binary
 
 Dashboard = dict[str, Any]
@@ -299,3 +300,124 @@ def test_refs_takes_no_grafana_variable_for_a_metric() -> None:
     found = refs(expr)
     assert found.metrics == {"x_total", "y"}
     assert [s.metric for s in found.selectors] == ["x_total"] * 3 + ["y"]
+
+
+# -- billing: what pods are billed is active + billed idle --------------------------------------
+
+# per-minute joules of known pod series; over 10 minutes 360,000 J is 0.1 kWh
+BILLED_INPUT = {
+    # (namespace, pod, zone, gpu, mode): J per minute
+    ("ml", "train", "gpu", "0", "active"): 36000,
+    ("ml", "train", "gpu", "0", "idle"): 3600,  # idle of the GPU it holds, billed to it
+    ("ml", "train", "package", "", "active"): 7200,
+    ("ml", "web", "package", "", "active"): 3600,
+    ("ml", "web", "package", "", "idle"): 1800,  # CPU idle handed out (--attribution.idle)
+    ("batch", "job", "package", "", "active"): 18000,
+    # holds GPU 1 and never uses it: only idle, billed to it
+    ("notebooks", "lab", "gpu", "1", "idle"): 36000,
+}
+# kWh over 10 minutes: (namespace, zone) -> (Energy, Active, Idle)
+BILLED_NAMESPACES = {
+    ("ml", "gpu"): (0.11, 0.1, 0.01),
+    ("ml", "package"): (0.035, 0.03, 0.005),
+    ("batch", "package"): (0.05, 0.05, 0.0),
+    ("notebooks", "gpu"): (0.1, 0.0, 0.1),
+}
+
+
+def _billed_panel(dashboard: str, title: str) -> dict[str, Any]:
+    panel = next(p for p in panels(COMMITTED[dashboard]) if p["title"] == title)
+    assert panel["type"] == "table"
+    organize = next(t for t in panel["transformations"] if t["id"] == "organize")
+    columns = organize["options"]["renameByName"]
+    assert columns == {"Value #A": "Energy", "Value #B": "Active", "Value #C": "Idle"}
+    assert [t["refId"] for t in panel["targets"]] == ["A", "B", "C"]
+    return panel
+
+
+def _promtool_case(
+    exprs: dict[str, str], expected: dict[str, list[tuple[str, float]]]
+) -> Dashboard:
+    series = []
+    for (namespace, pod, zone, gpu, mode), per_minute in BILLED_INPUT.items():
+        labels = (
+            f'job="wattprobe",instance="10.0.0.1:28390",node="gpu-1",namespace="{namespace}",'
+            f'pod="{pod}",pod_uid="uid-{pod}",zone="{zone}",mode="{mode}"'
+        )
+        labels += f',gpu="{gpu}"' if gpu else ""
+        series.append(
+            {
+                "series": f"wattprobe_pod_energy_joules_total{{{labels}}}",
+                "values": f"0+{per_minute}x20",
+            }
+        )
+    return {
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {
+                        "expr": exprs[ref],
+                        "eval_time": "20m",
+                        "exp_samples": [
+                            {"labels": labels, "value": value} for labels, value in expected[ref]
+                        ],
+                    }
+                    for ref in exprs
+                ],
+            }
+        ],
+    }
+
+
+@pytest.mark.real
+@pytest.mark.parametrize(
+    ("dashboard", "title", "variables", "by"),
+    [
+        ("cluster-power.json", "Namespace energy over the selected range", {}, ("namespace",)),
+        ("pod-power.json", "Pod energy, active and idle", {"namespace": "ml"}, ("pod",)),
+    ],
+)
+def test_billed_energy_is_active_plus_billed_idle(
+    dashboard: str, title: str, variables: dict[str, str], by: tuple[str, ...], tmp_path: Path
+) -> None:
+    """The billing tables' queries, evaluated by promtool on known pod counters: Energy is all
+    that pods are billed (active + idle), Active and Idle its parts, each 0 rather than missing
+    where a pod has none (a GPU held and never used is billed idle only)."""
+    binary = require_binary("promtool")
+    values = {"cluster": "", "node": ".*", "pod": ".*", "__range": "10m", **variables}
+    exprs = {
+        t["refId"]: substitute(t["expr"], values)
+        for t in _billed_panel(dashboard, title)["targets"]
+    }
+    want: dict[tuple[str, ...], list[float]] = {}
+    for (namespace, pod, zone, _gpu, mode), per_minute in BILLED_INPUT.items():
+        if variables.get("namespace", namespace) != namespace:
+            continue
+        key = (namespace if by == ("namespace",) else pod, zone)
+        joules = per_minute * 10.0  # whole joules: sums are exact, as in Prometheus
+        acc = want.setdefault(key, [0.0, 0.0, 0.0])
+        acc[0] += joules
+        acc[1 if mode == "active" else 2] += joules
+    want = {key: [j / 3.6e6 for j in acc] for key, acc in want.items()}
+    if by == ("namespace",):
+        assert set(want) == set(BILLED_NAMESPACES)
+        for key, kwh in BILLED_NAMESPACES.items():
+            assert want[key] == pytest.approx(list(kwh)), key
+    expected = {
+        ref: [(f'{{{by[0]}="{key[0]}",zone="{key[1]}"}}', acc[i]) for key, acc in want.items()]
+        for i, ref in enumerate("ABC")
+    }
+    test_file = tmp_path / "billing.yml"
+    test_file.write_text(yaml.safe_dump(_promtool_case(exprs, expected)))
+    result = subprocess.run(
+        [binary, "test", "rules", str(test_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -20,6 +20,7 @@ import pytest
 
 from exporter.sources.ebpf_load import gpu_device_nodes
 from tests.ebpfparts import explicit_ebpf_refusal, require_ebpf
+from tests.gpunodes import ISSUE_SCRIPT, make_gpu_nodes
 from tests.kubecgroups import KubeContainer, kube_container, v2_root
 from tests.realparts import require_binary, require_root
 from tests.running import ExporterProcess, Samples, parse_samples, select, start_exporter
@@ -65,28 +66,6 @@ for _ in range(n):
     _, _, usage = os.wait4(pid, 0)
     total += usage.ru_utime + usage.ru_stime
 print(total, flush=True)
-"""
-
-# Issues n ioctls of _IOC type 'F' (NVIDIA), m of type 'd' (DRM) and k of other types on
-# /dev/null (ENOTTY for all of them), says so, then sleeps until killed.
-IOCTLS_SCRIPT = """
-import fcntl, os, signal, sys
-n, m, k = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-fd = os.open("/dev/null", os.O_RDONLY)
-def call(cmd):
-    try:
-        fcntl.ioctl(fd, cmd, bytes(16))
-    except OSError:
-        pass
-for i in range(n):
-    call(0xC0104600 | (i & 0xFF))          # _IOWR('F', nr, 16)
-for i in range(m):
-    call(0xC0106400 | (i & 0xFF))          # _IOWR('d', nr, 16)
-others = (0x5401, 0x541B, 0x80086601, 0xC0104700, 0xC0106500)  # TCGETS, FIONREAD, 'f', 'G', 'e'
-for i in range(k):
-    call(others[i % len(others)])
-print("done", flush=True)
-signal.pause()
 """
 
 
@@ -240,10 +219,14 @@ def test_short_lived_processes_are_counted(ebpf_exporter: ExporterProcess) -> No
     assert got == pytest.approx(expected, rel=0.10)
 
 
-def test_nvidia_ioctls_counted_exactly(ebpf_exporter: ExporterProcess) -> None:
+def test_nvidia_ioctls_counted_exactly(ebpf_exporter: ExporterProcess, tmp_path: Path) -> None:
+    """'F' ioctls on NVIDIA character devices and 'd' ones on DRM devices, exactly; none of
+    the decoys (the same types on /dev/null, a framebuffer, a block device, each other's
+    device; other types on an NVIDIA device)."""
     n, m, k = 1234, 321, 777
+    nodes = make_gpu_nodes(tmp_path)
     with kube_container() as container:
-        caller = spawn(container, IOCTLS_SCRIPT, str(n), str(m), str(k))
+        caller = spawn(container, ISSUE_SCRIPT, str(nodes.directory), str(n), str(m), str(k))
         try:
             assert wait_line(caller) == "done"
             samples = settle(ebpf_exporter)
@@ -408,7 +391,7 @@ def anon_inode_fds() -> int:
 
 
 @pytest.mark.parametrize("raw_switch", [True, False], ids=["raw", "classic"])
-def test_both_sched_switch_programs_count_time_and_ioctls(raw_switch: bool) -> None:
+def test_both_sched_switch_programs_count_time_and_ioctls(raw_switch: bool, tmp_path: Path) -> None:
     """The raw sched_switch program (what auto attaches on 5.18+) and the classic one it falls
     back to: run time within 2 % of schedstat, ioctls exact (they reach the process at its
     switch-out)."""
@@ -419,6 +402,7 @@ def test_both_sched_switch_programs_count_time_and_ioctls(raw_switch: bool) -> N
         Path("/proc"), Path("/sys/fs/cgroup"), None, True, raw_switch=raw_switch
     )
     n, m, k = 2345, 123, 456
+    nodes = make_gpu_nodes(tmp_path)
     try:
         assert source.info.switch_probe == ("raw" if raw_switch else "classic")
         assert f"sched:sched_switch ({source.info.switch_probe} tracepoint)" in (
@@ -426,7 +410,16 @@ def test_both_sched_switch_programs_count_time_and_ioctls(raw_switch: bool) -> N
         )
         source.tasks()
         busy = subprocess.Popen(
-            [sys.executable, "-c", BUSY_THEN_IOCTLS, "1.0", str(n), str(m), str(k)],
+            [
+                sys.executable,
+                "-c",
+                BUSY_THEN_IOCTLS,
+                "1.0",
+                str(nodes.directory),
+                str(n),
+                str(m),
+                str(k),
+            ],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -444,29 +437,17 @@ def test_both_sched_switch_programs_count_time_and_ioctls(raw_switch: bool) -> N
         source.close()
 
 
-# Burns `seconds` of CPU, then issues n 'F', m 'd' and k other ioctls on /dev/null, says so
-# and sleeps until killed.
-BUSY_THEN_IOCTLS = """
-import fcntl, os, signal, sys, time
-seconds, n, m, k = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+# Burns `seconds` of CPU, then runs ISSUE_SCRIPT (tests/gpunodes.py) with the rest of argv.
+BUSY_THEN_IOCTLS = (
+    """
+import sys, time
+seconds = float(sys.argv.pop(1))
 end = time.thread_time() + seconds
 while time.thread_time() < end:
     pass
-fd = os.open("/dev/null", os.O_RDONLY)
-def call(cmd):
-    try:
-        fcntl.ioctl(fd, cmd, bytes(16))
-    except OSError:
-        pass
-for i in range(n):
-    call(0xC0104600 | (i & 0xFF))
-for i in range(m):
-    call(0xC0106400 | (i & 0xFF))
-for i in range(k):
-    call(0x5401)
-print("done", flush=True)
-signal.pause()
 """
+    + ISSUE_SCRIPT
+)
 
 
 def test_refused_raw_tracepoint_falls_back_to_the_classic_one(

@@ -136,3 +136,49 @@ def test_one_sensor_garbage_others_read(host: FixtureHost, exporter: ExporterPro
         assert node_energy(samples, "hwmon", "ACPI000D:00") > node_energy(
             frozen, "hwmon", "ACPI000D:00"
         )
+
+
+POWER_METER = ("hwmon1", "ACPI000D:00", "power_meter_power1")
+
+
+def device_health(
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float],
+) -> tuple[float, float]:
+    """(wattprobe_device_up, implausible readings so far) of the ACPI power meter."""
+    ids = {"source": "hwmon", "device": POWER_METER[1], "zone": POWER_METER[2]}
+    up = select(samples, "wattprobe_device_up", **ids)
+    rejected = select(
+        samples, "wattprobe_device_rejected_readings_total", reason="implausible", **ids
+    )
+    return next(iter(up.values())), next(iter(rejected.values()))
+
+
+def test_one_absurd_power_reading_adds_no_energy(
+    host: FixtureHost, exporter: ExporterProcess
+) -> None:
+    """Issue 15: power1_input of 18446744073709551615 uW for one interval between steady 100 W
+    readings added 9.2e12 J. Now the spike counts nothing and the gap is bridged from the last
+    good reading: the meter's energy is 100 W times the time that passed."""
+    host.set_hwmon(POWER_METER[0], "power1_input", 100_000_000)
+    watch = CounterWatch(exporter)
+    before = watch.next()
+    host.set_hwmon(POWER_METER[0], "power1_input", 18446744073709551615)
+    spiked = watch.next()
+    up, spikes = device_health(spiked)
+    assert up == 0.0 and spikes >= 1  # visible at once: each read of the spike is counted
+    host.set_hwmon(POWER_METER[0], "power1_input", 100_000_000)
+    after = watch.next(4)
+    assert device_health(after) == (1.0, spikes)
+    elapsed = one_value(after, "wattprobe_last_interval_timestamp_seconds") - one_value(
+        before, "wattprobe_last_interval_timestamp_seconds"
+    )
+    energy = node_energy(after, "hwmon", POWER_METER[1]) - node_energy(
+        before, "hwmon", POWER_METER[1]
+    )
+    assert energy == pytest.approx(100.0 * elapsed, rel=0.1)
+    assert source_up(after, "hwmon") == (1.0, "")
+
+
+def one_value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str) -> float:
+    (value,) = select(samples, name).values()
+    return value

@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import FIXTURES, StartExporter
 from tests.fixturehost import FixtureHost
 from tests.invariants import check_exposition
+from tests.kubeenv import KubeNode, fixture_pods, kube_node, wait_samples
 from tests.realparts import require_binary
 from tests.running import ExporterProcess, parse_samples, select
 
@@ -102,9 +103,25 @@ def advance(
     host.add_cpu_ticks(busy=sum(work.values()), idle=idle_ticks)
 
 
-def run_scenario(host: FixtureHost, exporter: StartExporter) -> tuple[ExporterProcess, str]:
-    proc = exporter(*host.args(), "--interval", "1s", "--power.idle", "0", "--collector.process")
+def run_scenario(
+    host: FixtureHost, exporter: StartExporter, node: KubeNode
+) -> tuple[ExporterProcess, str]:
+    """The fixture host with the fake kubelet naming its pods (tests/fixtures/kube)."""
+    proc = exporter(
+        *host.args(),
+        "--interval",
+        "1s",
+        "--power.idle",
+        "0",
+        "--collector.process",
+        *node.kubelet_args(),
+    )
     proc.wait_for("/readyz")
+    wait_samples(
+        proc,
+        lambda s: list(select(s, "wattprobe_source_up", source="kubelet").values()) == [1.0],
+        "the kubelet's pod names",
+    )
     proc.wait_next_interval()
     advance(host, ENERGY_A, WORK_A, idle_ticks=2645)
     proc.wait_next_interval()
@@ -122,8 +139,9 @@ def run_scenario(host: FixtureHost, exporter: StartExporter) -> tuple[ExporterPr
 
 
 @pytest.mark.smoke
-def test_golden_metrics(host: FixtureHost, exporter: StartExporter) -> None:
-    _, body = run_scenario(host, exporter)
+def test_golden_metrics(host: FixtureHost, exporter: StartExporter, tmp_path: Path) -> None:
+    with kube_node(tmp_path) as kube:
+        _, body = run_scenario(host, exporter, kube)
     got = normalize(body)
     if os.environ.get("WATTPROBE_UPDATE_GOLDEN") == "1":
         GOLDEN.parent.mkdir(exist_ok=True)
@@ -145,10 +163,32 @@ def test_golden_metrics(host: FixtureHost, exporter: StartExporter) -> None:
     assert math.fsum(containers.values()) == pytest.approx(400.0)
     assert "wattprobe_node_cpu_usage_ratio" in body
 
+    # every workload series carries the names the kubelet gave its pod uid (swapped or missing
+    # labels would still add up, so they are checked against the kubelet's payload itself)
+    names = {
+        p["metadata"]["uid"]: (p["metadata"]["namespace"], p["metadata"]["name"])
+        for p in fixture_pods()
+    }
+    labelled = [
+        dict(k)
+        for family in (
+            "wattprobe_pod_energy_joules_total",
+            "wattprobe_container_energy_joules_total",
+        )
+        for k in select(samples, family)
+        if dict(k)["pod_uid"]
+    ]
+    assert len({row["pod_uid"] for row in labelled}) >= 4
+    for row in labelled:
+        assert (row["namespace"], row["pod"]) == names[row["pod_uid"]], row
 
-def test_exposition_passes_promtool(host: FixtureHost, exporter: StartExporter) -> None:
+
+def test_exposition_passes_promtool(
+    host: FixtureHost, exporter: StartExporter, tmp_path: Path
+) -> None:
     promtool = require_binary("promtool")
-    _, body = run_scenario(host, exporter)
+    with kube_node(tmp_path) as kube:
+        _, body = run_scenario(host, exporter, kube)
     result = subprocess.run(
         [promtool, "check", "metrics"],
         input=body,

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from exporter.gpu.readings import GpuReading, MigInstanceReading
-from exporter.gpu.snapshot import GpuCounters
 from exporter.snapshot import GpuAllocation
 from exporter.workloads.gpus import (
     DeviceAssignment,
@@ -114,15 +113,10 @@ def test_directory_from_nvml_and_the_driver(tmp_path: Path) -> None:
         )
     mig = MigInstanceReading(MIG, "NVIDIA A100 MIG 1g.10gb", 7, 0, None, 10 << 30)
     gpus = [
-        gpu_counters(0, G0, "00000000:3B:00.0", GpuReading(0, G0, "A100", "00000000:3B:00.0")),
-        gpu_counters(
-            1,
-            G1,
-            "00000000:86:00.0",
-            GpuReading(1, G1, "A100", "00000000:86:00.0", mig_instances=(mig,)),
-        ),
+        GpuReading(0, G0, "A100", "00000000:3B:00.0"),
+        GpuReading(1, G1, "A100", "00000000:86:00.0", mig_instances=(mig,)),
     ]
-    seen: list[list[GpuCounters]] = [gpus]
+    seen: list[list[GpuReading]] = [gpus]
     provider = NvmlDirectory(tmp_path, lambda: seen[0])
     directory = provider()
     assert directory == GpuDirectory(
@@ -135,7 +129,3 @@ def test_directory_from_nvml_and_the_driver(tmp_path: Path) -> None:
     assert resolve_device("nvidia3", directory) == GpuRef(G1, "1", "")
     assert resolve_device(MIG, directory) == GpuRef(G1, "1", MIG, "7")
     assert NvmlDirectory(tmp_path / "nothing", list)() == GpuDirectory()
-
-
-def gpu_counters(index: int, uuid: str, bus: str, reading: GpuReading) -> GpuCounters:
-    return GpuCounters(index, uuid, "A100", bus, "550.54", "12.4", "", False, reading, ())

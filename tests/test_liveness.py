@@ -4,8 +4,9 @@ for dashboard panels - return data whose legend labels are filled.
 
 The fleet has every source: fixture nodes with RAPL, hwmon, fake NVML GPUs, pod names from a
 kubelet or an apiserver and GPU allocations from PodResources, and this machine itself with real
-eBPF probes. Every panel and every variable must therefore work: PENDING is empty. Should a
-panel ever need a source the fleet cannot have yet, it is listed there with the reason; the list
+eBPF probes. Every panel and every variable must therefore work: PENDING lists only what waits
+for a series not merged yet. Should a panel need a source the fleet cannot have yet, it is listed
+there with the reason; the list
 is exact both ways (something failing that is not listed fails the test, and something listed
 that works fails it too: "remove it from the list").
 

@@ -374,3 +374,65 @@ def test_idle_attribution_activity_splits_idle_too() -> None:
     assert idle["a" * 64] == pytest.approx(25.0)
     assert idle["e" * 64] == pytest.approx(75.0)
     assert math.fsum(idle.values()) == pytest.approx(100.0)
+
+
+# -- the learned idle baseline by value (default --power.idle auto) ---------------------------
+
+
+def run_steady(
+    monitor: Monitor, host: FakeHost, clock: Clock, *, steps: int, usage: float, watts: float
+) -> Snapshot:
+    """steps intervals of 5 s at a node CPU usage and a package power; the pod's task does the
+    busy part of the work."""
+    snap = monitor.step()
+    for _ in range(steps):
+        clock.now += 5
+        host.busy += 4 * 5 * usage  # 4 CPUs
+        host.idle += 4 * 5 * (1 - usage)
+        host.energy["intel-rapl:0"] = (host.energy["intel-rapl:0"] + int(watts * 5e6)) % MAX_RANGE
+        host.energy["intel-rapl:0:0"] += int(3 * 5e6)
+        t = host.tasks[1]
+        host.tasks[1] = task(1, 1, CGROUPS[2], t.cpu_seconds + 4 * 5 * usage)
+        snap = monitor.step()
+    return snap
+
+
+def package(snap: Snapshot) -> tuple[float, float]:
+    z = next(z for z in snap.node_energy if z.zone == "package")
+    return z.active_j, z.idle_j
+
+
+def idle_in_use(snap: Snapshot, zone: str) -> tuple[object, str]:
+    d = next(d for d in snap.devices if d.zone == zone)
+    return d.meter.idle_w, d.meter.idle_origin
+
+
+def test_steady_full_load_for_an_hour_bills_at_least_90_percent_as_active() -> None:
+    """A node that never idles (issue 14): the low percentile of its load is not its idle."""
+    host, clock = FakeHost(), Clock()
+    host.tasks = {1: task(1, 1, CGROUPS[2], 0.0)}
+    monitor = make_monitor(host, clock, idle_w=None)
+    snap = run_steady(monitor, host, clock, steps=720, usage=0.97, watts=180.0)
+    active, idle = package(snap)
+    assert active / (active + idle) >= 0.9
+    watts, origin = idle_in_use(snap, "package")
+    assert (watts, origin) == (pytest.approx(0.05 * 180.0, rel=1e-3), "prior")
+    # and the pod was billed that active energy (the attributed zones: package and dram)
+    pod = next(p for p in snap.pods if p.pod_uid == POD)
+    billed = math.fsum(e.joules for e in pod.energy if e.zone == "package")
+    assert billed == pytest.approx(active, rel=1e-9)
+
+
+def test_idle_then_busy_learns_the_idle_draw() -> None:
+    host, clock = FakeHost(), Clock()
+    host.tasks = {1: task(1, 1, CGROUPS[2], 0.0)}
+    monitor = make_monitor(host, clock, idle_w=None)
+    run_steady(monitor, host, clock, steps=10, usage=0.01, watts=40.0)
+    snap = run_steady(monitor, host, clock, steps=720, usage=0.97, watts=180.0)
+    watts, origin = idle_in_use(snap, "package")
+    assert (watts, origin) == (pytest.approx(40.0, rel=1e-3), "learned")
+    before_active, before_idle = package(snap)
+    snap = run_steady(monitor, host, clock, steps=10, usage=0.97, watts=180.0)
+    active, idle = package(snap)
+    assert idle - before_idle == pytest.approx(40.0 * 5 * 10, rel=1e-3)
+    assert active - before_active == pytest.approx(140.0 * 5 * 10, rel=1e-3)

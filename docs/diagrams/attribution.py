@@ -212,8 +212,8 @@ def document(body: list[str], package_j: float, package_active: float, package_i
         f"{_num(package_idle)} J), and the containers' active joules add up to the node's.",
         "A pod is the sum of its containers. Zones are never added to each other (package "
         "contains core).",
-        "Idle power comes from --power.idle (learned or given); idle energy stays on the node "
-        "unless --attribution.idle says otherwise.",
+        "Idle power comes from --power.idle (learned from idleness or given); CPU idle stays on "
+        "the node, a GPU's goes to its holders (--attribution.idle).",
     ]
     foot = [
         f'<text x="20" y="{HEIGHT - 56 + 18 * i}" fill="{MUTED}">{escape(n)}</text>'

@@ -1,10 +1,7 @@
 """Per-GPU energy accounting for the monitor: deltas, idle baselines, and the zones to attribute.
 
-Every interval, per GPU: dE from the total-energy counter (or, where the GPU has none, power
-integrated over the interval; the source label says which), idle = min(P_idle * dt, dE) with a
-per-GPU IdleBaseline, active = dE - idle. The active energy becomes a ZoneEnergy("gpu", index)
-whose task weights come from exporter.gpu.attribution; the monitor attributes it with the CPU
-zones, so containers and pods get zone="gpu", gpu="<index>" series.
+Every interval, per GPU, its ZoneMeter (exporter/meter.py, the same one CPU zones use): dE from
+the total-energy counter (or, where the GPU has none, power integrated over the interval; the
 
 NVML PIDs are mapped to the interval's tasks by PID. A GPU process with no task (its /proc
 entry is not visible here, or it exited in between) keeps its energy under a pseudo task of the
@@ -14,21 +11,19 @@ entry is not visible here, or it exited in between) keeps its energy under a pse
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from exporter.attribution import ACTIVE, IDLE, ZoneEnergy, split_active_idle
+from exporter.attribution import ACTIVE, IDLE, ZoneEnergy
 from exporter.config import IdleAttribution, IdlePower
-from exporter.counters import MAX_PLAUSIBLE_POWER_W, counter_delta_uj, integrate_power_j
 from exporter.gpu.attribution import (
     GpuHolders,
     holder_weights,
+    idle_holders,
     ioctls_by_pid,
     process_weights,
 )
-from exporter.gpu.readings import GpuReading, NvmlReading
+from exporter.gpu.readings import GpuReading, GpuReadings
 from exporter.gpu.snapshot import (
     ENERGY_COUNTER,
     POWER_INTEGRAL,
@@ -38,7 +33,9 @@ from exporter.gpu.snapshot import (
 )
 from exporter.identity import ContainerRef
 from exporter.idle import IdleBaseline
+from exporter.meter import COUNTER, DeviceSample, ZoneMeter
 from exporter.readings import SourceStatus, TaskKey, TaskSample
+from exporter.snapshot import DeviceHealth
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +45,6 @@ UNKNOWN_PROCESSES = "unknown_processes"
 # GPU processes whose PID has no task this interval (not visible in this PID namespace).
 UNKNOWN = ContainerRef(pseudo=UNKNOWN_PROCESSES)
 UNMAPPED_START = -1  # start_ticks of such a process's pseudo task: never a real start time
-
-
-class GpuSource(Protocol):
-    name: str
-
-    def read(self) -> NvmlReading: ...
-
-    def close(self) -> None: ...
 
 
 # What container names are looked up with: (namespace, pod, container) of a ContainerRef.
@@ -72,24 +61,14 @@ class GpuInterval:
 
 
 @dataclass
-class _Baseline:
-    """The previous reading of one GPU's energy, which this interval's delta is taken from."""
-
-    energy_mj: int | None
-    power_w: float | None
-    stamp: float
-
-
-@dataclass
 class _GpuState:
     index: int
     uuid: str
     model: str
     pci_bus_id: str
-    idle: IdleBaseline
+    meter: ZoneMeter
     lost: bool = False
     mig_mode: str = ""
-    previous: _Baseline | None = None
     energy: dict[tuple[str, str], float] = field(default_factory=dict)  # (source, mode) -> J
     methods: dict[str, int] = field(default_factory=dict)
     reading: GpuReading | None = None
@@ -114,10 +93,11 @@ class GpuAccounting:
         self._driver_version = ""
         self._cuda_version = ""
         self._memory: list[tuple[GpuReading, ContainerRef, int]] = []
+        self._interval = 0  # counts interval() calls: a meter's readings are consecutive or not
 
     def interval(
         self,
-        reading: NvmlReading | None,
+        reading: GpuReadings | None,
         stamp: float,
         *,
         tasks: Sequence[TaskSample],
@@ -125,6 +105,7 @@ class GpuAccounting:
         owner: Mapping[TaskKey, ContainerRef],
     ) -> GpuInterval:
         """Energy deltas of this interval's GPU reading and the zones that split them."""
+        self._interval += 1
         for state in self._gpus.values():
             state.reading = None
         self._memory = []
@@ -138,14 +119,18 @@ class GpuAccounting:
         zones = []
         for gpu in reading.gpus:
             state = self._state(gpu)
+            # A lost GPU counts as unreadable and keeps its baseline: the gap is counted when
+            # it is back, if the counter moved plausibly.
+            measured = state.meter.measure(
+                _device_sample(gpu, stamp), interval=self._interval, utilization=_utilization(gpu)
+            )
             if gpu.lost:
-                continue  # keep the old baseline: the gap is counted when the GPU is back
+                continue
             self._memory.extend(_container_memory(gpu, pid_keys, owner))
-            measured = self._measure(state, gpu, stamp)
             if measured is None:
                 continue
-            energy_j, source, dt = measured
-            active, idle = self._split_idle(state, gpu, energy_j, dt)
+            source = ENERGY_COUNTER if measured.method == COUNTER else POWER_INTEGRAL
+            active, idle = measured.active_j, measured.idle_j
             _add(state.energy, (source, ACTIVE), active)
             _add(state.energy, (source, IDLE), idle)
             zones.append(
@@ -160,8 +145,8 @@ class GpuAccounting:
                 )
             )
         statuses = []
-        if reading.xid_watch is not None:
-            w = reading.xid_watch
+        if reading.event_watch is not None:
+            w = reading.event_watch
             statuses.append(SourceStatus(XID_SOURCE, w.up, w.reason, w.detail))
         return GpuInterval(zones, extra_owner, statuses)
 
@@ -174,7 +159,10 @@ class GpuAccounting:
                 uuid=gpu.uuid,
                 model=gpu.name,
                 pci_bus_id=gpu.pci_bus_id,
-                idle=IdleBaseline(fixed_w=self._idle_power.for_zone(GPU_ZONE)),
+                meter=ZoneMeter(
+                    IdleBaseline(fixed_w=self._idle_power.for_zone(GPU_ZONE)),
+                    name=f"GPU {gpu.index} ({gpu.uuid})",
+                ),
             )
             self._gpus[key] = state
         state.index = gpu.index
@@ -184,49 +172,6 @@ class GpuAccounting:
             state.mig_mode = "enabled" if gpu.mig_enabled else "disabled"
         _count_xids(state, gpu.xid_errors)
         return state
-
-    def _measure(
-        self, state: _GpuState, gpu: GpuReading, stamp: float
-    ) -> tuple[float, str, float] | None:
-        """(joules, source, dt) since the previous reading; None on the first or a bad step.
-
-        The baseline always moves to this reading, so that an interval integrated from power
-        (the counter failed once) is never counted again by the next counter delta.
-        """
-        before, state.previous = state.previous, _Baseline(gpu.energy_mj, gpu.power_w, stamp)
-        dt = stamp - before.stamp if before is not None else 0.0
-        if before is None or dt <= 0:
-            return None
-        if before.energy_mj is not None and gpu.energy_mj is not None:
-            delta_uj = counter_delta_uj(before.energy_mj * 1000, gpu.energy_mj * 1000, None, dt)
-            if delta_uj is None:
-                log.warning(
-                    "GPU %d (%s): energy counter reset or implausible jump (%d -> %d mJ); "
-                    "re-baselined",
-                    gpu.index,
-                    gpu.uuid,
-                    before.energy_mj,
-                    gpu.energy_mj,
-                )
-                return None
-            return delta_uj / 1e6, ENERGY_COUNTER, dt
-        if (
-            before.power_w is not None
-            and gpu.power_w is not None
-            and math.isfinite(gpu.power_w)
-            and 0 <= gpu.power_w <= MAX_PLAUSIBLE_POWER_W
-        ):
-            return integrate_power_j(before.power_w, gpu.power_w, dt), POWER_INTEGRAL, dt
-        return None
-
-    @staticmethod
-    def _split_idle(
-        state: _GpuState, gpu: GpuReading, energy_j: float, dt: float
-    ) -> tuple[float, float]:
-        # MIG GPUs report no utilization: observed at 0, the baseline falls back to a low
-        # percentile of the power seen, which keeps more energy idle rather than less.
-        state.idle.observe(gpu.utilization_ratio or 0.0, energy_j / dt)
-        return split_active_idle(energy_j, state.idle.watts, dt)
 
     def _zone(
         self,
@@ -254,6 +199,18 @@ class GpuAccounting:
         attributable_idle = idle
         if self._idle_policy is IdleAttribution.ACTIVITY and weights:
             idle_weights = weights
+        elif self._idle_policy is IdleAttribution.HOLDERS:
+            context = {pid: owner.get(key, UNKNOWN) for pid, key in pid_keys.items()}
+            by_container: dict[ContainerRef, float] = {}
+            for key, w in weights.items():
+                ref = extra_owner.get(key) or owner.get(key, UNKNOWN)
+                by_container[ref] = by_container.get(ref, 0.0) + w
+            held, fraction = idle_holders(
+                gpu, self._holders, set(owner.values()), context, by_container
+            )
+            if held:
+                idle_containers = held
+                attributable_idle = idle * fraction
         elif self._idle_policy is IdleAttribution.REQUESTS and self._holders is not None:
             held, fraction = holder_weights(gpu, self._holders, set(owner.values()))
             if held:
@@ -295,6 +252,12 @@ class GpuAccounting:
             )
         return tuple(out)
 
+    def device_health(self, source: str) -> tuple[DeviceHealth, ...]:
+        return tuple(
+            DeviceHealth(source, GPU_ZONE, str(state.index), state.meter.health())
+            for state in sorted(self._gpus.values(), key=lambda s: (s.index, s.uuid))
+        )
+
     def container_memory(self, names: ContainerNames) -> tuple[ContainerGpuMemory, ...]:
         totals: dict[tuple[int, str, ContainerRef], int] = {}
         for gpu, ref, used in self._memory:
@@ -309,6 +272,31 @@ class GpuAccounting:
                 )
             )
         return tuple(out)
+
+
+# NVML's power readings may exceed the enforced limit briefly (excursions); more than twice the
+# limit is garbage. A GPU that reports no limit gets the generic bound.
+POWER_LIMIT_HEADROOM = 2.0
+
+
+def _device_sample(gpu: GpuReading, stamp: float) -> DeviceSample:
+    limit = gpu.power_limit_w if gpu.power_limit_w and gpu.power_limit_w > 0 else None
+    return DeviceSample(
+        stamp=stamp,
+        energy_uj=gpu.energy_mj * 1000 if gpu.energy_mj is not None else None,
+        power_w=gpu.power_w,
+        max_power_w=limit * POWER_LIMIT_HEADROOM if limit else None,
+        rated_power_w=limit,
+        fault="lost" if gpu.lost else "",
+    )
+
+
+def _utilization(gpu: GpuReading) -> float | None:
+    """Evidence for the idle baseline. MIG GPUs report no utilization: no evidence, so their idle
+    stays at the prior rather than being learned from load."""
+    if gpu.mig_enabled or gpu.mig_instances:
+        return None
+    return gpu.utilization_ratio
 
 
 def _count_xids(state: _GpuState, counts: Iterable[tuple[int, int]]) -> None:

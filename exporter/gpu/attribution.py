@@ -10,8 +10,11 @@ Active energy, per GPU, by the first signal that has something to say:
 MIG GPUs have no per-process (or per-instance) utilization in NVML, so they are split by the
 processes' memory ("mig_memory"), an approximation: memory held is not work done.
 
-Idle energy with --attribution.idle=requests goes to the containers that hold the GPU per
-kubelet PodResources (for MIG: each instance's holders, in proportion to the instance's size).
+Idle energy with --attribution.idle=holders (the default) goes to the pods that hold the GPU:
+those kubelet PodResources names, else those with a process that has a context on it; split by
+their active share in the interval, evenly when none was active (idle_holders). With
+--attribution.idle=requests it goes evenly to the PodResources holders alone (holder_weights).
+For MIG, each instance's holders take the instance's share (by its size).
 """
 
 from __future__ import annotations
@@ -149,6 +152,45 @@ def holder_weights(
             return weights, min(1.0, held / total) if total > 0 else 1.0
     whole = match_holders(holders(gpu.uuid), live) if gpu.uuid else {}
     return whole, 1.0 if whole else 0.0
+
+
+def idle_holders(
+    gpu: GpuReading,
+    holders: GpuHolders | None,
+    live: Iterable[ContainerRef],
+    context: Mapping[int, ContainerRef],
+    active: Mapping[ContainerRef, float],
+) -> tuple[dict[ContainerRef, float], float]:
+    """(container weights, fraction of the GPU's idle energy they take) for the holders policy.
+
+    Per whole GPU, or per MIG instance standing for its share of the GPU (by memory size), the
+    holders are the containers PodResources names where it names any, else the pods' containers
+    whose processes have a context on it (context: PID -> container). They split their unit's
+    idle by their active share in the interval (active: container -> weight), evenly when none
+    of them was active. Units nobody holds keep their idle on the node.
+    """
+    live = list(live)
+    units = [
+        (inst.uuid, float(inst.memory_total_bytes or 1), inst.processes)
+        for inst in gpu.mig_instances
+    ] or [(gpu.uuid, 1.0, _processes(gpu))]
+    total = math.fsum(size for _, size, _ in units)
+    weights: dict[ContainerRef, float] = {}
+    held = 0.0
+    for uuid, size, processes in units:
+        holding = match_holders(holders(uuid), live) if holders is not None and uuid else {}
+        if not holding:
+            in_pods = (context.get(p.pid) for p in processes)
+            holding = {ref: 1.0 for ref in in_pods if ref is not None and ref.pod_uid}
+        if not holding:
+            continue
+        held += size
+        by_activity = {ref: active.get(ref, 0.0) for ref in holding}
+        split = by_activity if math.fsum(by_activity.values()) > 0 else holding
+        count = math.fsum(split.values())
+        for ref, w in split.items():
+            weights[ref] = weights.get(ref, 0.0) + size * w / count
+    return weights, min(1.0, held / total) if weights and total > 0 else 0.0
 
 
 def ioctls_by_pid(

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.config import Config
-from exporter.gpu.readings import GpuReading, NvmlReading
+from exporter.gpu.readings import GpuReading, GpuReadings
 from exporter.readings import ABSENT, SourceError
 from exporter.sources.nvml import NvmlSource
 from exporter.sourcespec import GPU, CheckResult, Finding, SourceSpec
@@ -51,7 +51,7 @@ def describe_gpu(gpu: GpuReading) -> str:
     return f"{gpu.name} ({mig}{extra}{energy})"
 
 
-def describe(reading: NvmlReading) -> str:
+def describe(reading: GpuReadings) -> str:
     """Driver versions and GPUs, runs of alike GPUs folded: "0-7 NVIDIA H100 ... (MIG off)"."""
     runs: list[tuple[int, int, str]] = []
     for gpu in reading.gpus:
@@ -62,8 +62,8 @@ def describe(reading: NvmlReading) -> str:
             runs.append((gpu.index, gpu.index, text))
     gpus = "; ".join(f"{a}-{b} {t}" if a != b else f"{a} {t}" for a, b, t in runs)
     xid = ""
-    if reading.xid_watch is not None and not reading.xid_watch.up:
-        xid = f"; XID events not watched: {reading.xid_watch.reason}"
+    if reading.event_watch is not None and not reading.event_watch.up:
+        xid = f"; XID events not watched: {reading.event_watch.reason}"
     return (
         f"driver {reading.driver_version}, NVML {reading.nvml_version}, "
         f"CUDA {reading.cuda_version}; {len(reading.gpus)} GPUs: {gpus}{xid}"

@@ -1,8 +1,10 @@
-"""What the NVML source returns: plain frozen readings in base units, nothing about Prometheus.
+"""What a GPU device backend returns (exporter/gpu/backend.py): plain frozen readings in base
+units, nothing about Prometheus and nothing tied to one vendor's library.
 
-A field is None when the GPU does not support it or the call failed this interval; the source
-decides which (see exporter/sources/nvml.py). Energy stays an integer millijoule counter so that
-deltas are exact.
+A field is None when the GPU does not support it or the call failed this interval; the backend
+decides which (NVML's: exporter/sources/nvml.py). Energy stays an integer millijoule counter so
+that deltas are exact. Vendor-specific parts are optional: MIG instances and per-process SM
+samples (NVIDIA), error events keyed by the vendor's code (NVIDIA's XIDs).
 """
 
 from __future__ import annotations
@@ -90,8 +92,8 @@ class GpuReading:
 
 
 @dataclass(frozen=True, slots=True)
-class XidWatch:
-    """Whether XID events are being watched, and why not."""
+class EventWatch:
+    """Whether the backend's error events (NVIDIA's XIDs) are being watched, and why not."""
 
     up: bool
     reason: str = ""
@@ -99,9 +101,11 @@ class XidWatch:
 
 
 @dataclass(frozen=True, slots=True)
-class NvmlReading:
+class GpuReadings:
+    """One read of all of a node's GPUs by one backend."""
+
     driver_version: str
-    nvml_version: str
-    cuda_version: str  # "12.4"
+    nvml_version: str  # the vendor library's version ("" where it has none)
+    cuda_version: str  # the compute runtime's version: CUDA "12.4" for NVIDIA
     gpus: tuple[GpuReading, ...]
-    xid_watch: XidWatch | None = None
+    event_watch: EventWatch | None = None

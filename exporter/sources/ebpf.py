@@ -34,12 +34,14 @@ from exporter.sources.ebpf_accounting import (
 from exporter.sources.ebpf_child import load_in_child
 from exporter.sources.ebpf_load import (
     FIXES,
+    IOCTL_TRACEPOINT,
     NO_CGROUP2,
     NOT_LIVE_PROCFS,
     Loaded,
     LoadInfo,
     gpu_device_nodes,
 )
+from exporter.sources.gpu_majors import DeviceClasses
 from exporter.sources.procfs import CLOCK_TICKS, PF_KTHREAD, parse_stat
 from exporter.sourcespec import ACTIVITY, CheckResult, Finding, SourceSpec
 
@@ -135,6 +137,11 @@ class EbpfSource:
         self._stats = self._bpf[b"stats"]
         mkdir = "cgroup:cgroup_mkdir" in loaded.info.tracepoints
         self._cgroup_paths = self._bpf[b"cgroup_paths"] if mkdir else None
+        ioctls = ":".join(IOCTL_TRACEPOINT) in loaded.info.tracepoints
+        # GPU device majors: a driver module loaded after start-up gets its major counted
+        self._devices = (
+            DeviceClasses(self._bpf[b"dev_class"], procfs / "devices") if ioctls else None
+        )
         self._cgroups = cgroups
         self._accounting = Accounting(ProcReader(procfs, cgroups.root, cgroupns_root), cgroups)
         self._monotonic_ns = monotonic_ns
@@ -172,7 +179,9 @@ class EbpfSource:
             )
         ioctls = bool(gpu_device_nodes()) if gpu_ioctls is None else gpu_ioctls
         # compiled in a child: LLVM never enters this long-lived process (ebpf_child.py)
-        loaded = load_in_child(kernel_headers, ioctls=ioctls, raw_switch=raw_switch)
+        loaded = load_in_child(
+            kernel_headers, ioctls=ioctls, raw_switch=raw_switch, proc_devices=procfs / "devices"
+        )
         index = CgroupIdIndex(root)
         index.walk()
         log.info("eBPF activity source loaded: %s; cgroup v2 at %s", loaded.info.describe(), root)
@@ -185,6 +194,8 @@ class EbpfSource:
     # -- ActivitySource -----------------------------------------------------------------------
 
     def tasks(self) -> list[TaskSample]:
+        if self._devices is not None:
+            self._devices.refresh()
         try:
             # counters first: an entry inserted while the maps are read then cannot look evicted
             counters = self._counters()

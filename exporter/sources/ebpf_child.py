@@ -38,6 +38,7 @@ from exporter.sources.ebpf_load import (
     LOAD_FAILED,
     MAX_CGROUPS,
     MAX_TASKS,
+    PROC_DEVICES,
     Loaded,
     LoadInfo,
 )
@@ -45,7 +46,7 @@ from exporter.sources.kheaders import KernelHeaders
 
 log = logging.getLogger(__name__)
 
-MAPS = ("tasks", "exited", "running", "stats", "cgroup_paths")  # what EbpfSource reads
+MAPS = ("tasks", "exited", "running", "stats", "cgroup_paths", "dev_class")  # what EbpfSource uses
 TIMEOUT_S = 300.0  # the compile takes seconds; a child that hangs must not hang start-up
 _MAX_MESSAGE = 1 << 20
 
@@ -81,6 +82,7 @@ def load_in_child(
     max_tasks: int = MAX_TASKS,
     max_cgroups: int = MAX_CGROUPS,
     raw_switch: bool | None = None,
+    proc_devices: Path = PROC_DEVICES,
 ) -> Loaded:
     """What ebpf_load.load() returns, with the compile done in a child process."""
     request = {
@@ -89,6 +91,7 @@ def load_in_child(
         "raw_switch": raw_switch,
         "max_tasks": max_tasks,
         "max_cgroups": max_cgroups,
+        "proc_devices": str(proc_devices),
     }
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     with ours:
@@ -192,6 +195,7 @@ def child(sock_fd: int) -> None:
             max_tasks=request["max_tasks"],
             max_cgroups=request["max_cgroups"],
             raw_switch=request["raw_switch"],
+            proc_devices=Path(request["proc_devices"]),
         )
         maps = []
         for name in MAPS:

@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from exporter.readings import SourceError
+from exporter.sources.btf import VMLINUX, Btf, BtfError, offset_flags
 from exporter.sources.caps import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, SELF_STATUS, effective_caps
+from exporter.sources.gpu_majors import DeviceClasses
 from exporter.sources.kheaders import NO_HEADERS, KernelHeaders, find_kernel_headers
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,8 @@ IOCTL_TRACEPOINT = ("syscalls", "sys_enter_ioctl")
 EXEC_TRACEPOINT = ("sched", "sched_process_exec")
 ATTACH_TRACEPOINT = ("cgroup", "cgroup_attach_task")
 MKDIR_TRACEPOINT = ("cgroup", "cgroup_mkdir")
+PROC_DEVICES = Path("/proc/devices")
+NO_BTF = "kernel BTF"  # in missing_optional: GPU ioctls need it to tell an ioctl's device
 
 MAX_TASKS = 32768  # live processes plus tombstones of the processes that exited in one interval
 MAX_CGROUPS = 8192
@@ -240,6 +244,8 @@ def load(
     max_cgroups: int = MAX_CGROUPS,
     raw_switch: bool | None = None,
     source: Path | None = None,
+    btf: Path = VMLINUX,
+    proc_devices: Path = PROC_DEVICES,
 ) -> Loaded:
     """Check, compile and attach. Raises SourceError with a reason from FIXES.
 
@@ -247,6 +253,9 @@ def load(
     raw and fall back to tracefs if the kernel refuses it (None; kernels before 4.17 do, and pay
     a second compile).
     source: another version of bpf/activity.c (benchmarks compare one with the current).
+    btf: the kernel's BTF, where the ioctl probe's struct offsets come from; without it the
+    probe cannot tell an ioctl's device, and is not attached.
+    proc_devices: /proc/devices, naming the GPU device majors (gpu_majors.py).
     """
     source = source or bpf_source()
     try:
@@ -260,24 +269,11 @@ def load(
         raise SourceError(NO_TRACEPOINT, f"{', '.join(missing)} not in {tracefs}/events")
     headers = find_kernel_headers(kernel_headers)
 
-    attached = [f"{c}:{e}" for c, e in REQUIRED_TRACEPOINTS]
-    optional_missing: list[str] = []
     cflags = [f"-DWATTPROBE_MAX_TASKS={max_tasks}", f"-DWATTPROBE_MAX_CGROUPS={max_cgroups}"]
     if has_group_dead(tracefs):
         cflags.append("-DWATTPROBE_HAVE_GROUP_DEAD")
-    for (category, event), define, wanted in (
-        (EXEC_TRACEPOINT, "-DWATTPROBE_EXEC", True),
-        (IOCTL_TRACEPOINT, "-DWATTPROBE_IOCTLS", ioctls),
-        (ATTACH_TRACEPOINT, "-DWATTPROBE_CGROUP_ATTACH", has_cgroup_attach(tracefs)),
-        (MKDIR_TRACEPOINT, "-DWATTPROBE_CGROUP_PATHS", True),
-    ):
-        if not wanted:
-            continue
-        if tracepoint_exists(tracefs, category, event):
-            cflags.append(define)
-            attached.append(f"{category}:{event}")
-        else:
-            optional_missing.append(f"{category}:{event}")
+    optional, attached, optional_missing = _optional_probes(tracefs, ioctls=ioctls, btf=btf)
+    cflags += optional
     cflags += headers.cflags()
 
     switch_probe = CLASSIC if raw_switch is False else RAW
@@ -301,6 +297,8 @@ def load(
         raise SourceError(reason, _first_error(text) or str(error))
     if text.strip():
         log.debug("bcc output while compiling %s:\n%s", source, text.rstrip())
+    if "-DWATTPROBE_IOCTLS" in cflags:
+        _fill_dev_class(bpf, proc_devices)
     _release_compiler_memory()
     info = LoadInfo(
         headers=headers,
@@ -314,6 +312,53 @@ def load(
         switch_probe=switch_probe,
     )
     return Loaded(bpf, info)
+
+
+def _optional_probes(
+    tracefs: Path, *, ioctls: bool, btf: Path
+) -> tuple[list[str], list[str], list[str]]:
+    """(-D flags, tracepoints attached as category:event, optional parts missing)."""
+    cflags: list[str] = []
+    attached = [f"{c}:{e}" for c, e in REQUIRED_TRACEPOINTS]
+    missing: list[str] = []
+    if ioctls and tracepoint_exists(tracefs, *IOCTL_TRACEPOINT):
+        offsets, no_btf = _fd_device_offsets(btf)
+        cflags += offsets
+        if no_btf:
+            missing.append(no_btf)
+            ioctls = False
+    for (category, event), define, wanted in (
+        (EXEC_TRACEPOINT, "-DWATTPROBE_EXEC", True),
+        (IOCTL_TRACEPOINT, "-DWATTPROBE_IOCTLS", ioctls),
+        (ATTACH_TRACEPOINT, "-DWATTPROBE_CGROUP_ATTACH", has_cgroup_attach(tracefs)),
+        (MKDIR_TRACEPOINT, "-DWATTPROBE_CGROUP_PATHS", True),
+    ):
+        if not wanted:
+            continue
+        if tracepoint_exists(tracefs, category, event):
+            cflags.append(define)
+            attached.append(f"{category}:{event}")
+        else:
+            missing.append(f"{category}:{event}")
+    return cflags, attached, missing
+
+
+def _fd_device_offsets(btf: Path) -> tuple[list[str], str]:
+    """(-D flags with the struct offsets the ioctl probe reads, "") or ([], why there are none)."""
+    try:
+        return offset_flags(Btf.read(btf)), ""
+    except BtfError as exc:
+        log.warning("GPU ioctls not counted: %s", exc)
+        return [], f"{NO_BTF} for GPU ioctls ({exc})"
+
+
+def _fill_dev_class(bpf: Any, proc_devices: Path) -> None:
+    """The GPU majors, now rather than at the first read: until then the probe counts nothing."""
+    try:
+        table = bpf[b"dev_class"]
+    except KeyError:  # another source without the map (a benchmark's baseline)
+        return
+    DeviceClasses(table, proc_devices).refresh()
 
 
 def _compile(

@@ -33,8 +33,8 @@ from exporter.gpu.readings import (
     GRAPHICS,
     GpuProcess,
     GpuReading,
+    GpuReadings,
     MigInstanceReading,
-    NvmlReading,
     ProcessUtilization,
 )
 from exporter.readings import SourceAbsent, SourceError
@@ -231,7 +231,7 @@ class NvmlSource:
 
     # -- life cycle ------------------------------------------------------------------------
 
-    def read(self) -> NvmlReading:
+    def read(self) -> GpuReadings:
         self._ensure_started()
         try:
             gpus = tuple(self._read_gpu(dev) for dev in self._devices)
@@ -240,12 +240,12 @@ class NvmlSource:
             self._retry_at = self._clock()  # try again right away, next interval
             reason = REASONS.get(gone.code, "nvml error")
             raise SourceError(reason, f"NVML stopped working: {gone}") from gone
-        return NvmlReading(
+        return GpuReadings(
             driver_version=self._driver_version,
             nvml_version=self._nvml_version,
             cuda_version=self._cuda_version,
             gpus=gpus,
-            xid_watch=self._watcher.status() if self._watcher else None,
+            event_watch=self._watcher.status() if self._watcher else None,
         )
 
     def close(self) -> None:

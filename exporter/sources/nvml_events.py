@@ -15,7 +15,7 @@ from typing import Any
 
 import pynvml
 
-from exporter.gpu.readings import XidWatch
+from exporter.gpu.readings import EventWatch
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +52,15 @@ class XidWatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._event_set: Any = None
-        self._status = XidWatch(False, "not started")
+        self._status = EventWatch(False, "not started")
         self._watching = self._status  # the status while waits work
 
-    def start(self) -> XidWatch:
+    def start(self) -> EventWatch:
         """Register every GPU that supports XID events and start the thread."""
         try:
             self._event_set = pynvml.nvmlEventSetCreate()
         except pynvml.NVMLError as exc:
-            self._status = XidWatch(False, "event set failed", _describe(exc))
+            self._status = EventWatch(False, "event set failed", _describe(exc))
             log.warning("XID events will not be counted: nvmlEventSetCreate: %s", _describe(exc))
             return self._status
         skipped = []
@@ -79,17 +79,17 @@ class XidWatcher:
             log.warning("XID events not watched on %s", "; ".join(skipped))
         if not self._by_address:
             self._free()
-            self._status = XidWatch(False, "not supported", "; ".join(skipped))
+            self._status = EventWatch(False, "not supported", "; ".join(skipped))
             return self._status
         detail = "; ".join(skipped)
-        self._status = self._watching = XidWatch(
+        self._status = self._watching = EventWatch(
             True, "", f"not watched: {detail}" if detail else ""
         )
         self._thread = threading.Thread(target=self._run, name="nvml-xid", daemon=True)
         self._thread.start()
         return self._status
 
-    def status(self) -> XidWatch:
+    def status(self) -> EventWatch:
         return self._status
 
     def counts(self, index: int) -> dict[int, int]:
@@ -127,7 +127,7 @@ class XidWatcher:
                     self._waits_work()
                     continue
                 # while waits fail nvml_xid is down, so that no one takes silence for no XIDs
-                self._status = XidWatch(False, WAIT_FAILED, f"nvmlEventSetWait: {_describe(exc)}")
+                self._status = EventWatch(False, WAIT_FAILED, f"nvmlEventSetWait: {_describe(exc)}")
                 if code not in reported and isinstance(code, int):
                     reported.add(code)
                     log.warning("waiting for XID events: %s (logged once)", _describe(exc))

@@ -30,7 +30,7 @@ from exporter.top.scrape import Scrape, SourceState
 
 TICK_S = 0.25  # how often the screen checks its size and the waiting clock
 ONCE_TIMEOUT_S = 120.0
-SORT_KEYS = {"c": SortKey.CPU, "g": SortKey.GPU, "n": SortKey.NAME}
+SORT_KEYS = {"c": SortKey.CPU, "g": SortKey.GPU, "i": SortKey.IDLE, "n": SortKey.NAME}
 QUIT_KEYS = ("q", "Q")
 VIEW_KEY = "v"
 

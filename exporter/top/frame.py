@@ -8,7 +8,7 @@ exporter without that metric falls back to the reader's own clock).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -26,6 +26,7 @@ WHOLE_SOC = "psys"
 class SortKey(StrEnum):
     CPU = "cpu"  # CPU power, highest first
     GPU = "gpu"  # GPU power, highest first
+    IDLE = "idle"  # idle power billed to it, highest first
     NAME = "name"  # namespace and name, A to Z
 
 
@@ -54,10 +55,16 @@ class Row:
     workload: WorkloadId
     name: str
     namespace: str
-    cpu_w: float
-    gpu_w: float
+    cpu_w: float  # active power in the CPU zones
+    gpu_w: float  # active GPU power, all its GPUs
     cpu_cores: float  # CPU seconds per second
-    gpus: tuple[str, ...]  # GPU indices it drew energy from
+    gpus: tuple[str, ...]  # GPU indices it drew energy from (active or billed idle)
+    cpu_idle_w: float = 0.0  # idle power billed to it in the CPU zones (--attribution.idle)
+    gpu_idle_w: float = 0.0  # idle power of the GPUs it holds billed to it
+
+    @property
+    def idle_w(self) -> float:
+        return self.cpu_idle_w + self.gpu_idle_w
 
 
 @dataclass(frozen=True)
@@ -104,8 +111,9 @@ def frame_between(prev: Scrape, cur: Scrape) -> Frame | None:
         return None
     attributed: dict[str, float] = {}
     for totals in cur.containers.values():
-        for zone, joules in totals.zones.items():
-            attributed[zone] = attributed.get(zone, 0.0) + joules
+        for amounts in (totals.zones, totals.idle_zones):
+            for zone, joules in amounts.items():
+                attributed[zone] = attributed.get(zone, 0.0) + joules
     cpu_zones = cpu_zone_kinds(attributed)
     return Frame(
         wall_time=cur.at,
@@ -174,10 +182,11 @@ def _rows(
     rows = []
     for workload, totals in cur.items():
         before = prev.get(workload, Totals())
-        cpu_j = math.fsum(
-            _increase(before.zones.get(z), j) for z, j in totals.zones.items() if z in cpu_zones
-        )
+        cpu_j = _zone_increase(before.zones, totals.zones, cpu_zones)
+        cpu_idle_j = _zone_increase(before.idle_zones, totals.idle_zones, cpu_zones)
         gpu_j = {g: _increase(before.gpus.get(g), j) for g, j in totals.gpus.items()}
+        gpu_idle_j = {g: _increase(before.idle_gpus.get(g), j) for g, j in totals.idle_gpus.items()}
+        held = {g for part in (gpu_j, gpu_idle_j) for g, j in part.items() if j > 0}
         rows.append(
             Row(
                 workload=workload,
@@ -186,10 +195,18 @@ def _rows(
                 cpu_w=cpu_j / seconds,
                 gpu_w=math.fsum(gpu_j.values()) / seconds,
                 cpu_cores=_increase(before.cpu_seconds, totals.cpu_seconds) / seconds,
-                gpus=tuple(sorted((g for g, j in gpu_j.items() if j > 0), key=_gpu_index)),
+                gpus=tuple(sorted(held, key=_gpu_index)),
+                cpu_idle_w=cpu_idle_j / seconds,
+                gpu_idle_w=math.fsum(gpu_idle_j.values()) / seconds,
             )
         )
     return tuple(rows)
+
+
+def _zone_increase(
+    before: Mapping[str, float], after: Mapping[str, float], cpu_zones: Sequence[str]
+) -> float:
+    return math.fsum(_increase(before.get(z), j) for z, j in after.items() if z in cpu_zones)
 
 
 def _gpu_index(index: str) -> tuple[int, str]:
@@ -200,5 +217,9 @@ def sort_rows(rows: Iterable[Row], key: SortKey) -> list[Row]:
     by_name = sorted(rows, key=lambda r: (r.namespace, r.name, r.workload.container_id))
     if key is SortKey.NAME:
         return by_name
-    power = (lambda r: r.cpu_w) if key is SortKey.CPU else (lambda r: r.gpu_w)
-    return sorted(by_name, key=power, reverse=True)  # stable: equal power stays by name
+    power: dict[SortKey, Callable[[Row], float]] = {
+        SortKey.CPU: lambda r: r.cpu_w,
+        SortKey.GPU: lambda r: r.gpu_w,
+        SortKey.IDLE: lambda r: r.idle_w,
+    }
+    return sorted(by_name, key=power[key], reverse=True)  # stable: equal power stays by name

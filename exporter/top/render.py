@@ -20,14 +20,25 @@ from exporter.top.frame import Frame, Row, SortKey, View, ZonePower, sort_rows
 from exporter.top.scrape import GpuState, SourceState
 
 MIN_WORKLOAD_ROWS = 5
-# widths of the workload table's columns after the name: namespace, CPU W, GPU W, CPUS, GPUS
-WORKLOAD_COLUMNS = (14, 7, 7, 5, 6)
+# widths of the workload table's columns after the name: namespace, CPU W, GPU W, IDLE W, CPUS,
+# GPUS (watts fit in 5 characters: 999.9 or 12345)
+WORKLOAD_COLUMNS = (14, 6, 6, 6, 5, 6)
 MAX_ZONE_LINES = 4
 ZONES_PER_LINE = 2
 GIB = 2**30
 
-KEYS = (("c", "CPU W", SortKey.CPU), ("g", "GPU W", SortKey.GPU), ("n", "name", SortKey.NAME))
-SORT_LABEL = {SortKey.CPU: "CPU power", SortKey.GPU: "GPU power", SortKey.NAME: "name"}
+KEYS = (
+    ("c", "CPU W", SortKey.CPU),
+    ("g", "GPU W", SortKey.GPU),
+    ("i", "IDLE W", SortKey.IDLE),
+    ("n", "name", SortKey.NAME),
+)
+SORT_LABEL = {
+    SortKey.CPU: "CPU power",
+    SortKey.GPU: "GPU power",
+    SortKey.IDLE: "idle power",
+    SortKey.NAME: "name",
+}
 
 
 @dataclass(frozen=True)
@@ -179,13 +190,15 @@ def workload_section(
     noun = "PODS" if screen.view is View.PODS else "CONTAINERS"
     title = Text(f"{noun} by {SORT_LABEL[screen.sort]}", style="bold")
     if frame is not None and frame.cpu_zones:
-        title.append(f"   CPU W = {'+'.join(frame.cpu_zones)} (active energy)", style="dim")
+        title.append(f"   CPU W = {'+'.join(frame.cpu_zones)} active", style="dim")
+    title.append("   IDLE W = billed idle", style="dim")
     table = _table(width)
     name_width = max(width - sum(WORKLOAD_COLUMNS) - len(WORKLOAD_COLUMNS), 8)
     table.add_column(noun[:-1], width=name_width, no_wrap=True, overflow="ellipsis")
     table.add_column("NAMESPACE", width=14, no_wrap=True, overflow="ellipsis")
-    table.add_column("CPU W", width=7, justify="right", no_wrap=True)
-    table.add_column("GPU W", width=7, justify="right", no_wrap=True)
+    table.add_column("CPU W", width=6, justify="right", no_wrap=True)
+    table.add_column("GPU W", width=6, justify="right", no_wrap=True)
+    table.add_column("IDLE W", width=6, justify="right", no_wrap=True)
     table.add_column("CPUS", width=5, justify="right", no_wrap=True)
     table.add_column("GPUS", width=6, no_wrap=True, overflow="ellipsis")
     ordered: list[Row] = sort_rows(frame.rows(screen.view), screen.sort) if frame else []
@@ -196,11 +209,12 @@ def workload_section(
             r.namespace or "-",
             _watts(r.cpu_w),
             _watts(r.gpu_w) if r.gpus or r.gpu_w else "-",
+            _watts(r.idle_w) if r.idle_w else "-",
             f"{r.cpu_cores:.2f}",
             ",".join(r.gpus) or "-",
         )
     if len(shown) < len(ordered):
-        table.add_row(f"+{len(ordered) - len(shown)} more", "", "", "", "", "", style="dim")
+        table.add_row(f"+{len(ordered) - len(shown)} more", "", "", "", "", "", "", style="dim")
     return [_line(title), table]
 
 

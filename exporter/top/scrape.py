@@ -20,6 +20,7 @@ from exporter.snapshot import Snapshot
 
 P = "wattprobe_"
 GPU_ZONE = "gpu"
+IDLE_MODE = "idle"  # idle energy billed to a workload; every other mode is active
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,10 +36,12 @@ class WorkloadId:
 
 @dataclass(slots=True)
 class Totals:
-    """Cumulative counters of one workload, as of one scrape."""
+    """Cumulative counters of one workload, as of one scrape: active and billed idle apart."""
 
-    zones: dict[str, float] = field(default_factory=dict)  # zone kind -> joules (GPU excluded)
-    gpus: dict[str, float] = field(default_factory=dict)  # GPU index -> joules
+    zones: dict[str, float] = field(default_factory=dict)  # zone kind -> active J (GPU excluded)
+    gpus: dict[str, float] = field(default_factory=dict)  # GPU index -> active J
+    idle_zones: dict[str, float] = field(default_factory=dict)  # zone kind -> idle J billed
+    idle_gpus: dict[str, float] = field(default_factory=dict)  # GPU index -> idle J billed
     cpu_seconds: float = 0.0
 
 
@@ -96,11 +99,12 @@ def _pod_of(container: WorkloadId) -> WorkloadId:
 
 def _add_energy(totals: Totals, labels: Mapping[str, str], joules: float) -> None:
     zone = labels.get("zone", "")
+    idle = labels.get("mode") == IDLE_MODE
     if zone == GPU_ZONE:
-        gpu = labels.get("gpu", "")
-        totals.gpus[gpu] = totals.gpus.get(gpu, 0.0) + joules
+        target, key = (totals.idle_gpus if idle else totals.gpus), labels.get("gpu", "")
     else:
-        totals.zones[zone] = totals.zones.get(zone, 0.0) + joules
+        target, key = (totals.idle_zones if idle else totals.zones), zone
+    target[key] = target.get(key, 0.0) + joules
 
 
 _GPU_GAUGES = {

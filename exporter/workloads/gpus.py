@@ -9,9 +9,9 @@ Formats seen in the wild:
   nvidia<N>                  GKE's plugin: the GPU behind /dev/nvidia<N> (minor number N)
   nvidia<N>/vgpu<k>          ... time-shared replica k
   nvidia<N>/gi<g>            ... MIG partition (GPU instance g)
-The GPU index and, for index or minor based IDs, the UUID are known only from NVML; a
-GpuDirectory carries what NVML knows (empty without it), and unknown parts stay "". MIG devices
-also get their GPU instance id, as NVML's MIG series label it (gpu_instance).
+The GPU index and, for index or minor based IDs, the UUID are known only from the GPU backend
+(NVML); a GpuDirectory carries what it read (empty without it), and unknown parts stay "". MIG
+devices also get their GPU instance id, as NVML's MIG series label it (gpu_instance).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exporter.gpu.snapshot import GpuCounters
+from exporter.gpu.readings import GpuReading
 from exporter.snapshot import GpuAllocation
 
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
@@ -84,9 +84,9 @@ def _bus_id(text: str) -> str:
         return text
 
 
-def directory_from_gpus(gpus: Sequence[GpuCounters], minors: Mapping[str, int]) -> GpuDirectory:
-    """What NVML's latest view (the snapshot's GPUs) tells about indexes, MIG parents and
-    instances, and which minor number each GPU has."""
+def directory_from_gpus(gpus: Sequence[GpuReading], minors: Mapping[str, int]) -> GpuDirectory:
+    """What the GPU backend's latest read tells about indexes, MIG parents and instances, and
+    which minor number each GPU has."""
     index_by_uuid: dict[str, str] = {}
     parent: dict[str, str] = {}
     instance: dict[str, str] = {}
@@ -96,20 +96,21 @@ def directory_from_gpus(gpus: Sequence[GpuCounters], minors: Mapping[str, int]) 
         minor = minors.get(_bus_id(g.pci_bus_id)) if g.pci_bus_id else None
         if minor is not None:
             by_minor[minor] = str(g.index)
-        for mig in g.reading.mig_instances if g.reading is not None else ():
+        for mig in g.mig_instances:
             parent[mig.uuid] = g.uuid
             instance[mig.uuid] = str(mig.gpu_instance)
     return GpuDirectory(index_by_uuid, parent, by_minor, instance)
 
 
 class NvmlDirectory:
-    """A GpuDirectory provider over NVML's latest GPUs (the last snapshot's), rebuilt only when
-    they change; the driver's minor numbers are re-read only when the set of GPUs changes."""
+    """A GpuDirectory provider over the GPU backend's latest read (exporter/gpu/backend.py
+    LatestReadings), rebuilt only when it changes; the driver's minor numbers are re-read only
+    when the set of GPUs changes."""
 
-    def __init__(self, procfs: Path, gpus: Callable[[], Sequence[GpuCounters]]) -> None:
+    def __init__(self, procfs: Path, gpus: Callable[[], Sequence[GpuReading]]) -> None:
         self._procfs = procfs
         self._gpus = gpus
-        self._seen: Sequence[GpuCounters] | None = None
+        self._seen: Sequence[GpuReading] | None = None
         self._buses: tuple[str, ...] = ()
         self._minors: dict[str, int] = {}
         self._directory = EMPTY_DIRECTORY

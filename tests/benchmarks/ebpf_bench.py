@@ -15,8 +15,10 @@ Measures, and prints as a Markdown table:
   the two probe settings);
 - the mean run time per event of each program from the kernel's own BPF statistics
   (kernel.bpf_stats_enabled, run_time_ns / run_cnt in the program's fdinfo), with separate
-  figures for ioctls the program filters out and those it counts, and the same for empty
-  programs on the same hooks: what the statistics and the call itself cost;
+  figures for ioctls the program filters out by type, 'F' ioctls on a file that is no NVIDIA
+  device (/dev/null: the program looks the fd's device up and lets it go) and 'F' ioctls on an
+  NVIDIA device node (mknod'd, tests/gpunodes.py: counted), and the same for empty programs on
+  the same hooks: what the statistics and the call itself cost;
 - the exporter's resident memory after start-up with the eBPF source and with procfs, and what
   one interval's read of each source costs (wattprobe_collect_duration_seconds).
 """
@@ -42,6 +44,7 @@ from typing import Any
 
 from exporter.cgroupfs.ids import find_v2_root
 from exporter.sources.ebpf_load import RAW, SCHED_SWITCH, Loaded, bcc_environment, load
+from tests.gpunodes import make_gpu_nodes
 from tests.running import parse_samples, select, start_exporter
 
 HERE = Path(__file__).resolve().parent
@@ -56,8 +59,8 @@ PROGRAMS = {
 }
 SCHED_ONLY = ("sched:sched_switch", "sched:sched_process_exit", "sched:sched_process_exec")
 IOCTL = "syscalls:sys_enter_ioctl"
-TCGETS = 0x5401  # a terminal ioctl: the probe looks at it and lets it go
-NVIDIA_CMD = 0xC0104601  # _IOWR('F', 1, 16): the probe counts it
+TCGETS = 0x5401  # a terminal ioctl: the probe looks at its type and lets it go
+NVIDIA_CMD = 0xC0104601  # _IOWR('F', 1, 16): the probe counts it on an NVIDIA device
 STATS_SYSCTL = Path("/proc/sys/kernel/bpf_stats_enabled")
 
 
@@ -338,33 +341,39 @@ def exporter_figures(source: str, log_dir: Path) -> tuple[float, float, float]:
 
 
 def program_costs(
-    probes: Probes, binary: Path, trips: int, ioctls: int
+    probes: Probes, binary: Path, trips: int, ioctls: int, nvidia: Path
 ) -> dict[str, tuple[float, int]]:
     """Mean ns per event of each program, from the kernel's BPF statistics: context switches
-    (a ping-pong run), exec and exit (/bin/true), cgroup events, then ioctls the program lets go
-    ("ioctl filtered") and ioctls it counts ("ioctl counted")."""
+    (a ping-pong run), exec and exit (/bin/true), cgroup events, then ioctls whose type the
+    program lets go ("ioctl filtered"), 'F' ioctls on /dev/null ("ioctl other device": counted
+    before ioctls were told by their device, looked up and let go since) and 'F' ioctls on the
+    NVIDIA device node `nvidia` ("ioctl counted")."""
     cpu = str(min(os.sched_getaffinity(0)))
     with bpf_stats():
         probes.attach()
-        s0 = probes.run_stats()
+        stats = [probes.run_stats()]
         run_load(binary, "pingpong", str(trips), cpu)
         for _ in range(100):
             subprocess.run(["/bin/true"], check=True)
         cgroup_churn(50)
-        s1 = probes.run_stats()
-        run_load(binary, "ioctl", str(ioctls), hex(TCGETS))
-        s2 = probes.run_stats()
-        run_load(binary, "ioctl", str(ioctls), hex(NVIDIA_CMD))
-        s3 = probes.run_stats()
+        stats.append(probes.run_stats())
+        for cmd, path in ((TCGETS, "/dev/null"), (NVIDIA_CMD, "/dev/null"), (NVIDIA_CMD, nvidia)):
+            run_load(binary, "ioctl", str(ioctls), hex(cmd), str(path))
+            stats.append(probes.run_stats())
         probes.detach()
-    out = per_event(s0, s1)
-    for name, (a, b) in (("ioctl filtered", (s1, s2)), ("ioctl counted", (s2, s3))):
-        if IOCTL in per_event(a, b):
-            out[name] = per_event(a, b)[IOCTL]
+    out = per_event(stats[0], stats[1])
+    for i, name in enumerate(IOCTL_PHASES):
+        if IOCTL in (phase := per_event(stats[i + 1], stats[i + 2])):
+            out[name] = phase[IOCTL]
     return out
 
 
-def slices_with_ioctls(probes: Probes, rounds: int, trips: int) -> tuple[float, float]:
+IOCTL_PHASES = ("ioctl filtered", "ioctl other device", "ioctl counted")
+
+
+def slices_with_ioctls(
+    probes: Probes, rounds: int, trips: int, nvidia: Path
+) -> tuple[float, float]:
     """Mean ns per event of the sched_switch program when no slice carries GPU ioctls and when
     every slice does (each side of a ping-pong issues one 'F' ioctl per trip): the counted
     ioctl's deferred part, added to the process when its thread leaves the CPU."""
@@ -375,42 +384,43 @@ def slices_with_ioctls(probes: Probes, rounds: int, trips: int) -> tuple[float, 
         for r in range(rounds):
             for ioctl in (False, True) if r % 2 else (True, False):
                 ns0, n0 = fd_run_stats(probes.bpf, fn)
-                python_pingpong(trips, ioctl=ioctl)
+                python_pingpong(trips, nvidia if ioctl else None)
                 ns1, n1 = fd_run_stats(probes.bpf, fn)
                 results[ioctl].append((ns1 - ns0) / max(1, n1 - n0))
         probes.detach()
     return statistics.median(results[False]), statistics.median(results[True])
 
 
-def python_pingpong(trips: int, *, ioctl: bool) -> None:
-    """Two processes on one CPU bounce a byte; with ioctl, each issues an 'F' ioctl per trip."""
+def python_pingpong(trips: int, nvidia: Path | None) -> None:
+    """Two processes on one CPU bounce a byte; with an NVIDIA device node, each issues an 'F'
+    ioctl on it per trip."""
     ab, ba = os.pipe(), os.pipe()
     cpu = {min(os.sched_getaffinity(0))}
     child = os.fork()
     if child == 0:
         os.sched_setaffinity(0, cpu)
-        null = os.open("/dev/null", os.O_RDONLY)
+        node = os.open(nvidia, os.O_PATH) if nvidia else -1
         for _ in range(trips):
             os.read(ab[0], 1)
-            if ioctl:
+            if node >= 0:
                 with contextlib.suppress(OSError):
-                    fcntl.ioctl(null, NVIDIA_CMD, bytes(16))
+                    fcntl.ioctl(node, NVIDIA_CMD, bytes(16))
             os.write(ba[1], b"x")
         os._exit(0)
     saved = os.sched_getaffinity(0)
     os.sched_setaffinity(0, cpu)
-    null = os.open("/dev/null", os.O_RDONLY)
+    node = os.open(nvidia, os.O_PATH) if nvidia else -1
     try:
         for _ in range(trips):
-            if ioctl:
+            if node >= 0:
                 with contextlib.suppress(OSError):
-                    fcntl.ioctl(null, NVIDIA_CMD, bytes(16))
+                    fcntl.ioctl(node, NVIDIA_CMD, bytes(16))
             os.write(ab[1], b"x")
             os.read(ba[0], 1)
         os.waitpid(child, 0)
     finally:
         os.sched_setaffinity(0, saved)
-        for fd in (*ab, *ba, null):
+        for fd in (*ab, *ba, *([node] if node >= 0 else [])):
             os.close(fd)
 
 
@@ -552,7 +562,10 @@ def main(argv: list[str] | None = None) -> int:
                 only=only,
             )
             if not args.pingpong_only:
-                rows += kernel_rows(raw, classic, baseline, empty, binary=binary, args=args)
+                nvidia = make_gpu_nodes(tmp / "gpu").nvidia0
+                rows += kernel_rows(
+                    raw, classic, baseline, empty, binary=binary, args=args, nvidia=nvidia
+                )
         finally:
             loaded.bpf.cleanup()
             loaded_classic.bpf.cleanup()
@@ -579,17 +592,18 @@ def kernel_rows(
     *,
     binary: Path,
     args: argparse.Namespace,
+    nvidia: Path,
 ) -> list[tuple[str, str]]:
     """Per-event costs of the programs, and what the ioctl probe costs every syscall."""
     syscall_bare, syscall_probe = syscall_cost(raw, binary, args.rounds, 200_000)
     costs = {
-        "raw": program_costs(raw, binary, args.trips, args.ioctls),
-        "classic": program_costs(classic, binary, args.trips, args.ioctls),
+        "raw": program_costs(raw, binary, args.trips, args.ioctls, nvidia),
+        "classic": program_costs(classic, binary, args.trips, args.ioctls, nvidia),
     }
     if baseline is not None:
-        costs["baseline"] = program_costs(baseline, binary, args.trips, args.ioctls)
+        costs["baseline"] = program_costs(baseline, binary, args.trips, args.ioctls, nvidia)
     floors = empty_costs(empty, binary, args.trips, args.ioctls)
-    plain_slice, ioctl_slice = slices_with_ioctls(raw, rounds=9, trips=5000)
+    plain_slice, ioctl_slice = slices_with_ioctls(raw, rounds=9, trips=5000, nvidia=nvidia)
     parts = breakdown(raw.loaded, binary, 9, args.trips) if args.breakdown else {}
 
     rows = []
@@ -600,10 +614,14 @@ def kernel_rows(
         if tp in costs["raw"]:
             ns, n = costs["raw"][tp]
             rows.append((f"{tp} program, mean per event", f"{ns:.0f} ns ({n} events)"))
-    for calls in ("filtered", "counted"):
-        label = "other ioctls (filtered out)" if calls == "filtered" else "'F' ioctls (counted)"
+    labels = {
+        "ioctl filtered": "other ioctl types (filtered out)",
+        "ioctl other device": "'F' ioctls on /dev/null (device looked up, not NVIDIA's)",
+        "ioctl counted": "'F' ioctls on an NVIDIA device node (counted)",
+    }
+    for phase, label in labels.items():
         for version in [v for v in ("raw", "baseline") if v in costs]:
-            ns, n = costs[version].get(f"ioctl {calls}", (float("nan"), 0))
+            ns, n = costs[version].get(phase, (float("nan"), 0))
             which = " (baseline)" if version == "baseline" else ""
             rows.append(
                 (

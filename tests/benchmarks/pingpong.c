@@ -3,8 +3,9 @@
 //   pingpong ROUNDS CPU     two processes pinned to CPU bounce a byte through two pipes, so
 //                           every round trip is two context switches and four syscalls; prints
 //                           the mean nanoseconds per round trip
-//   ioctl COUNT CMD         COUNT ioctl(2) calls with command CMD on /dev/null (ENOTTY); prints
-//                           the mean nanoseconds per call
+//   ioctl COUNT CMD [PATH]  COUNT ioctl(2) calls with command CMD on /dev/null (ENOTTY) or on
+//                           PATH (a device node without a driver is opened O_PATH: EBADF);
+//                           prints the mean nanoseconds per call
 //   syscall COUNT           COUNT getppid(2) calls; prints the mean nanoseconds per call
 //
 // With WATTPROBE_BENCH_RT=1 in the environment both run SCHED_FIFO (priority 1), so that other
@@ -67,10 +68,12 @@ static int pingpong(long rounds, int cpu) {
     return 0;
 }
 
-static int ioctls(long count, unsigned long cmd) {
+static int ioctls(long count, unsigned long cmd, const char *path) {
     char arg[64];
     memset(arg, 0, sizeof(arg));
-    int fd = open("/dev/null", O_RDONLY);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        fd = open(path, O_PATH);  // a node with no driver behind it (ENXIO)
     if (fd < 0) {
         perror("open");
         return 1;
@@ -109,8 +112,9 @@ int main(int argc, char **argv) {
         return syscalls(atol(argv[2]));
     if (argc == 4 && strcmp(argv[1], "pingpong") == 0)
         return pingpong(atol(argv[2]), atoi(argv[3]));
-    if (argc == 4 && strcmp(argv[1], "ioctl") == 0)
-        return ioctls(atol(argv[2]), strtoul(argv[3], NULL, 0));
-    fprintf(stderr, "usage: %s pingpong ROUNDS CPU | ioctl COUNT CMD | syscall COUNT\n", argv[0]);
+    if ((argc == 4 || argc == 5) && strcmp(argv[1], "ioctl") == 0)
+        return ioctls(atol(argv[2]), strtoul(argv[3], NULL, 0), argc == 5 ? argv[4] : "/dev/null");
+    fprintf(stderr, "usage: %s pingpong ROUNDS CPU | ioctl COUNT CMD [PATH] | syscall COUNT\n",
+            argv[0]);
     return 2;
 }

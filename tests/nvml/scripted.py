@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from exporter.gpu.readings import (
     GpuProcess,
     GpuReading,
+    GpuReadings,
     MigInstanceReading,
-    NvmlReading,
     ProcessUtilization,
 )
 from exporter.readings import CpuTimes, SourceError, TaskSample
@@ -84,14 +84,14 @@ def mig_instance(
 class ScriptedGpus:
     """Returns the next scripted reading (or raises the scripted error) on each read()."""
 
-    script: list[NvmlReading | SourceError] = field(default_factory=list)
+    script: list[GpuReadings | SourceError] = field(default_factory=list)
     name: str = "nvml"
     closed: bool = False
 
     def push(self, *gpus: GpuReading) -> None:
-        self.script.append(NvmlReading("550.54.15", "12.550.54.15", "12.4", tuple(gpus)))
+        self.script.append(GpuReadings("550.54.15", "12.550.54.15", "12.4", tuple(gpus)))
 
-    def read(self) -> NvmlReading:
+    def read(self) -> GpuReadings:
         item = self.script.pop(0)
         if isinstance(item, SourceError):
             raise item

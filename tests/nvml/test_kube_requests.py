@@ -177,7 +177,7 @@ def test_mig_devices_map_to_their_pods_with_nvml(
         ]
         before = settle(proc)
         for _ in range(3):
-            a100.add_energy_j(0, 300.0)
+            a100.add_energy_j(0, 150.0)  # 500 W over 0.3 s: within the A100's 400 W limit x 2
             a100.write()
             settle(proc)
         after = settle(proc)

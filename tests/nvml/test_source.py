@@ -11,7 +11,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from exporter.gpu.readings import GpuProcess, GpuReading, NvmlReading
+from exporter.gpu.readings import GpuProcess, GpuReading, GpuReadings
 from exporter.readings import ABSENT, SourceAbsent, SourceError
 from exporter.sources.nvml import NvmlSource, merge_processes, sum_utilization
 from tests.nvml.conftest import LoadScenario
@@ -41,7 +41,7 @@ def new_source(
     return source
 
 
-def gpu(reading: NvmlReading, index: int) -> GpuReading:
+def gpu(reading: GpuReadings, index: int) -> GpuReading:
     return reading.gpus[index]
 
 
@@ -87,7 +87,7 @@ def test_reads_every_field_in_base_units(
     assert [(u.pid, u.sm_percent) for u in g0.process_utilization] == [(5101, 60), (5102, 20)]
     # GPU 3 has processes but no utilization samples: an empty tuple, not "unsupported"
     assert gpu(reading, 3).process_utilization == ()
-    assert reading.xid_watch is not None and reading.xid_watch.up
+    assert reading.event_watch is not None and reading.event_watch.up
 
 
 def test_process_utilization_is_read_since_the_last_sample(
@@ -351,9 +351,9 @@ def test_xid_watch_reports_gpus_without_event_support(
     s["gpu.0.events_supported"] = 0
     s.write()
     reading = new_source(sources, tmp_path).read()
-    assert reading.xid_watch is not None
-    assert not reading.xid_watch.up
-    assert reading.xid_watch.reason == "not supported"
+    assert reading.event_watch is not None
+    assert not reading.event_watch.up
+    assert reading.event_watch.reason == "not supported"
     assert xid_threads() == []
 
 

@@ -36,7 +36,10 @@ def test_once_prints_every_row_after_the_first_interval(host: FixtureHost) -> No
     assert lines[0].startswith("wattprobe top  this node")
     assert max(len(line) for line in lines) <= 80
     header = lines.index(next(line for line in lines if line.startswith("POD ")))
-    rows = [line[:36].strip() for line in lines[header + 1 :] if not line.startswith("sources:")]
+    name_width = lines[header].index("NAMESPACE")
+    rows = [
+        line[:name_width].strip() for line in lines[header + 1 :] if not line.startswith("sources:")
+    ]
     assert rows[:3] == BUSY_PODS
     # --once lists every workload: the fixture's 8 pods and 3 other buckets, nothing cut
     assert not any(line.startswith("+") for line in lines)

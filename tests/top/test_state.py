@@ -30,6 +30,7 @@ def after(state: TopState, key: str) -> tuple[SortKey, View]:
 def test_keys_sort_switch_views_and_quit() -> None:
     state = TopState(Screen("x"), HttpFeed("http://n/metrics", 1.0), Clock())
     assert after(state, "g") == (SortKey.GPU, View.PODS)
+    assert after(state, "i") == (SortKey.IDLE, View.PODS)
     assert after(state, "n") == (SortKey.NAME, View.PODS)
     assert after(state, "v") == (SortKey.NAME, View.CONTAINERS)
     assert after(state, "v") == (SortKey.NAME, View.PODS)

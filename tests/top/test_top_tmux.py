@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.top.render import WORKLOAD_COLUMNS
 from tests.conftest import StartExporter
 from tests.fixturehost import FixtureHost
 from tests.nvml.build import SCENARIO_ENV
@@ -59,7 +60,9 @@ def table_rows(lines: list[str], header: str) -> list[str]:
 
 
 def first_column(rows: list[str]) -> list[str]:
-    return [row[:36].strip() for row in rows]
+    # on 80 columns the name column is what the fixed columns after it leave
+    width = 80 - sum(WORKLOAD_COLUMNS) - len(WORKLOAD_COLUMNS)
+    return [row[:width].strip() for row in rows]
 
 
 def assert_fits_80x24(tmux: Tmux, lines: list[str]) -> None:
