@@ -32,7 +32,8 @@ class BusyNode:
         h.add_cpu_ticks(busy=17, idle=60)
         if self.scenario is not None:
             with self.lock:
-                for gpu, joules in ((1, 200.0), (0, 100.0), (3, 40.0)):
+                # 600, 400 and 150 W: within what an H100 (700 W limit) can draw
+                for gpu, joules in ((1, 60.0), (0, 40.0), (3, 15.0)):
                     self.scenario.add_energy_j(gpu, joules)
                 self.scenario.write()
 
