@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.readings import CpuTimes, SourceError, TaskSample
+from exporter.sources.files import MAX_DIGITS
 from exporter.sources.files import short_error as _short
 from exporter.sources.procscan import RECHECK_EVERY, ProcScanner
 from exporter.workloads.cgroupns import HOST_ROOT
@@ -30,6 +31,14 @@ class ProcStat:
     start_ticks: int
 
 
+def _number(field: str) -> int:
+    """A /proc number: int() bounded to what the kernel writes (u64 max and s64 min are both 20
+    characters), so a long one is a ValueError for this line, not an overflow further on."""
+    if len(field) > MAX_DIGITS:
+        raise ValueError(f"number too long ({len(field)} characters)")
+    return int(field)
+
+
 def parse_stat(text: str) -> ProcStat:
     """Parse /proc/<pid>/stat. comm may hold spaces and ')' so it ends at the *last* ')'."""
     open_paren = text.find("(")
@@ -41,12 +50,12 @@ def parse_stat(text: str) -> ProcStat:
         raise ValueError("stat line too short")
     # rest[0] is field 3 (state); field n of proc(5) is rest[n - 3].
     return ProcStat(
-        pid=int(text[:open_paren]),
+        pid=_number(text[:open_paren].strip()),
         comm=text[open_paren + 1 : close_paren],
-        flags=int(rest[6]),
-        utime_ticks=int(rest[11]),
-        stime_ticks=int(rest[12]),
-        start_ticks=int(rest[19]),
+        flags=_number(rest[6]),
+        utime_ticks=_number(rest[11]),
+        stime_ticks=_number(rest[12]),
+        start_ticks=_number(rest[19]),
     )
 
 
@@ -59,7 +68,7 @@ def parse_cpu_times(text: str) -> CpuTimes:
     ncpu = 0
     for line in text.splitlines():
         if line.startswith("cpu "):
-            total = [int(v) for v in line.split()[1:9]]
+            total = [_number(v) for v in line.split()[1:9]]
         elif line.startswith("cpu"):
             ncpu += 1
     if total is None or len(total) < 4:

@@ -24,13 +24,14 @@ from dataclasses import replace
 from typing import Protocol
 
 from exporter.readings import SourceError, TaskSample
-from exporter.sources.files import short_error
+from exporter.sources.files import MAX_DIGITS, short_error
 from exporter.workloads.cgroupns import HOST_ROOT, to_host_file
 
 log = logging.getLogger(__name__)
 
 RECHECK_EVERY = 12  # intervals between cgroup re-reads of an unchanged process
 _CHUNK = 4096  # a stat line is well under 1 KiB; longer files are read on
+_MAX_FIELD = MAX_DIGITS  # a /proc number: u64 max and s64 min are both 20 characters
 
 
 class StatFields(Protocol):
@@ -216,11 +217,15 @@ class ProcScanner:
         if len(rest) < 21:
             return None
         old = prev.sample
+        utime, stime, flags_field = rest[11], rest[12], rest[6]
+        # longer than the kernel writes: the full parser refuses the line
+        if len(utime) > _MAX_FIELD or len(stime) > _MAX_FIELD or len(flags_field) > _MAX_FIELD:
+            return None
         try:
             if int(rest[19]) != old.key[1]:
                 return None  # a new process under the same PID and name
-            ticks = int(rest[11]) + int(rest[12])
-            flags = int(rest[6])
+            ticks = int(utime) + int(stime)
+            flags = int(flags_field)
         except ValueError:
             return None
         return TaskSample(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.readings import EnergyReading, SourceAbsent, SourceError
-from exporter.sources.files import read_int, read_text, reason_for, short_error
+from exporter.sources.files import fault_for, read_int, read_text, reason_for, short_error
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,8 @@ class RaplSource:
         self._seen: set[str] = set()
 
     def read(self) -> list[EnergyReading]:
-        """Every zone's counter. Zones that fail are left out; if all fail, SourceError."""
+        """Every zone's counter. A zone that fails is returned with its fault and no value, so
+        the fault is visible per device; if all fail, SourceError."""
         zones, self.duplicates = discover_zones(self.powercap)
         if not zones and self._seen:
             gone = ", ".join(sorted(self._seen))
@@ -98,6 +99,16 @@ class RaplSource:
                 energy = read_int(f"{z.path}/energy_uj")
             except (OSError, ValueError) as exc:
                 failure = failure or (reason_for(exc), f"{z.path}/energy_uj: {short_error(exc)}")
+                readings.append(
+                    EnergyReading(
+                        z.zone,
+                        z.device,
+                        self.name,
+                        max_energy_uj=z.max_energy_uj,
+                        max_power_w=RAPL_MAX_POWER_W,
+                        fault=fault_for(exc),
+                    )
+                )
                 continue
             readings.append(
                 EnergyReading(
@@ -109,7 +120,7 @@ class RaplSource:
                     max_power_w=RAPL_MAX_POWER_W,
                 )
             )
-        if not readings and failure is not None:
+        if failure is not None and all(r.fault for r in readings):
             reason, detail = failure
             if reason == "permission denied":
                 detail = f"{detail}; {FIX_PERMISSION}"
