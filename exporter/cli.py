@@ -388,6 +388,11 @@ def run_server(config: Config, web: LiveWebConfig | None = None) -> None:
     host, port = server.server_address[:2]
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    # SIGHUP re-reads the web config, as Prometheus re-reads its own (without it, SIGHUP's
+    # default action would end the process without a word). The handler only sets a flag: the
+    # reload and its log line run in the loop below, outside the signal handler.
+    hangup = threading.Event()
+    signal.signal(signal.SIGHUP, lambda *_: hangup.set())
     # the first interval only sets baselines: /metrics has energy after the second
     progress.begin("measuring the first interval", expected_s=config.interval_s)
     loop_thread.start()
@@ -405,7 +410,9 @@ def run_server(config: Config, web: LiveWebConfig | None = None) -> None:
     # Not a bare wait(): a signal that the kernel hands to another thread runs its Python
     # handler only once the main thread wakes up, and a bare wait may never wake
     while not stop.wait(1.0):
-        pass
+        if hangup.is_set():
+            hangup.clear()
+            _reload_web_config(web)
     progress.close()
     log.info("shutting down")
     server.shutdown()
@@ -414,9 +421,17 @@ def run_server(config: Config, web: LiveWebConfig | None = None) -> None:
     monitor.close()
 
 
+def _reload_web_config(web: LiveWebConfig | None) -> None:
+    if web is None:
+        log.info("SIGHUP: no --web.config.file to reload; nothing to do")
+        return
+    log.info("SIGHUP: re-reading web config %s", web.path)
+    web.reload()
+
+
 def _log_web_security(web: LiveWebConfig | None) -> None:
     state = web.current() if web is not None else None
-    if state is None or isinstance(state, WebConfigError):
+    if state is None:
         return
     log.info(
         "TLS %s, basic auth %s (%s)",

@@ -28,7 +28,6 @@ from exporter import __version__
 from exporter.collector import SnapshotCollector
 from exporter.exposition import TextRenderer
 from exporter.snapshot import Snapshot
-from exporter.web.config import WebConfigError
 from exporter.web.http import (
     Connection,
     HttpError,
@@ -262,8 +261,8 @@ class MetricsServer(socketserver.TCPServer):
     def _handshake(self, sock: socket.socket, deadline: float) -> ssl.SSLSocket | None:
         assert self.web is not None
         state = self.web.current()
-        if isinstance(state, WebConfigError) or state.context is None:
-            return None  # the file turned bad: refuse, do not fall back to an older config
+        if state.context is None:
+            return None
         tls = state.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
         try:
             # CPython's do_handshake keeps one deadline across all its reads: a client that
@@ -326,8 +325,6 @@ class MetricsServer(socketserver.TCPServer):
         extra: tuple[tuple[str, str], ...] = ()
         if self.web is not None:
             state = self.web.current()
-            if isinstance(state, WebConfigError):
-                return error_response(500), False
             extra = state.config.headers
             if state.auth.enabled and not state.auth.check(req.header("authorization")):
                 unauthorized = Response(401, b"401 Unauthorized\n")
@@ -350,8 +347,7 @@ class MetricsServer(socketserver.TCPServer):
     def _extra_headers(self) -> tuple[tuple[str, str], ...]:
         if self.web is None:
             return ()
-        state = self.web.current()
-        return () if isinstance(state, WebConfigError) else state.config.headers
+        return self.web.current().config.headers
 
 
 def _with_headers(response: Response, headers: tuple[tuple[str, str], ...]) -> Response:

@@ -225,13 +225,16 @@ def test_reload_rotated_certificate_and_users(pki: Pki, serve: Start, tmp_path: 
     assert request(exporter.port, context=ctx, headers=basic("bob", "b")).status == 200
     assert request(exporter.port, context=ctx, headers=basic("alice", "a")).status == 401
 
-    # a file that turns bad fails closed: no handshake, no fallback to the old users
+    # a file that turns bad keeps the last good one serving (as a bad Prometheus reload does)
     config.write_text("tls_server_config: [not, a, mapping]\n")
-    assert refused(exporter.port, ctx)
-    assert exporter.proc.poll() is None
-    write_config(config, {"tls_server_config": tls, "basic_auth_users": {"bob": bcrypt_hash("b")}})
     assert request(exporter.port, context=ctx, headers=basic("bob", "b")).status == 200
-    assert "unusable" in exporter.log()
+    assert request(exporter.port, context=ctx, headers=basic("alice", "a")).status == 401
+    assert exporter.proc.poll() is None
+    write_config(
+        config, {"tls_server_config": tls, "basic_auth_users": {"carol": bcrypt_hash("c")}}
+    )
+    assert request(exporter.port, context=ctx, headers=basic("carol", "c")).status == 200
+    assert exporter.log().count("still serving the previous one") == 1
 
 
 def test_basic_auth_without_tls_and_bad_reload(serve: Start, tmp_path: Path) -> None:
@@ -241,14 +244,16 @@ def test_basic_auth_without_tls_and_bad_reload(serve: Start, tmp_path: Path) -> 
     assert request(exporter.port).status == 401
     assert "clear text" in exporter.log()
     config.write_text("basic_auth_users:\n  u: not-a-hash\n")
-    broken = request(exporter.port, headers=basic("u", "p"))
-    assert broken.status == 500
-    assert b"not-a-hash" not in broken.body
-    write_config(config, {"basic_auth_users": {"u": bcrypt_hash("p")}})
-    assert request(exporter.port, headers=basic("u", "p")).status == 200
-    # switching TLS on needs a restart: refused, and the old plain server fails closed
+    for _ in range(3):  # the old file serves on, /healthz included
+        assert request(exporter.port, headers=basic("u", "p")).status == 200
+        assert request(exporter.port, "/healthz", headers=basic("u", "p")).status == 200
+    assert "not-a-hash" not in exporter.log()
+    write_config(config, {"basic_auth_users": {"u": bcrypt_hash("q")}})
+    assert request(exporter.port, headers=basic("u", "q")).status == 200
+    # switching TLS on needs a restart: refused, and the plain server serves on as it was
     write_config(config, {"tls_server_config": {"cert_file": "x", "key_file": "y"}})
-    assert request(exporter.port, headers=basic("u", "p")).status == 500
+    assert request(exporter.port, headers=basic("u", "q")).status == 200
+    assert exporter.log().count("still serving the previous one") == 2
 
 
 @pytest.mark.parametrize(
