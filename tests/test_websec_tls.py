@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import ssl
 import subprocess
@@ -361,3 +362,33 @@ def test_slow_tls_handshake_is_cut_off(pki: Pki, serve: Start, tmp_path: Path) -
     assert closed, "the server waited for the whole trickled hello"
     assert elapsed < 1 + 3
     assert request(exporter.port, context=ctx).status == 200
+
+
+def test_sighup_rereads_the_web_config_and_never_ends_the_process(
+    serve: Start, tmp_path: Path, host: FixtureHost
+) -> None:
+    config = write_config(tmp_path / "web.yml", {"basic_auth_users": {"u": bcrypt_hash("p")}})
+    exporter = serve(config, auth=("u", "p"))
+
+    def hangups() -> int:
+        return exporter.log().count("SIGHUP: re-reading web config")
+
+    exporter.proc.send_signal(signal.SIGHUP)  # its default action ended the process silently
+    assert _eventually(lambda: hangups() == 1 and "reloaded" in exporter.log())
+    assert exporter.proc.poll() is None
+    assert request(exporter.port, headers=basic("u", "p")).status == 200
+    config.write_text("basic_auth_users: [\n")
+    exporter.proc.send_signal(signal.SIGHUP)
+    assert _eventually(
+        lambda: hangups() == 2 and "still serving the previous one" in exporter.log()
+    )
+    assert request(exporter.port, headers=basic("u", "p")).status == 200
+    assert exporter.proc.poll() is None and "Traceback" not in exporter.log()
+    # without a web config file there is nothing to re-read, and SIGHUP is said and ignored
+    plain = start_exporter(host.args(), log_dir=tmp_path)
+    try:
+        plain.proc.send_signal(signal.SIGHUP)
+        assert _eventually(lambda: "SIGHUP: no --web.config.file" in plain.log())
+        assert plain.proc.poll() is None and plain.get("/healthz")[0] == 200
+    finally:
+        plain.stop()
