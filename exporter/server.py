@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 
 from exporter import __version__
 from exporter.collector import SnapshotCollector
@@ -60,6 +60,10 @@ class ExpositionCache:
         self._plain = b""
         self._gzipped: bytes | None = None  # made by the first scrape that asks for gzip
         self._registry.register(_Pinned(self))
+        # process_* (CPU seconds, memory, open fds, start time) of wattprobe itself, from its own
+        # /proc/self (not --path.procfs), as every Prometheus client exports. Read when a snapshot
+        # is rendered, so they are as fresh as the snapshot they are served with.
+        ProcessCollector(registry=self._registry)
         self._pinned: Snapshot | None = None
         self._renderer = TextRenderer()  # generate_latest's output, label sets formatted once
 
