@@ -102,3 +102,14 @@ def test_cpu_times_long_numbers_are_value_errors(position: int, digits: int) -> 
     values[position] = "9" * digits
     with pytest.raises(ValueError):
         parse_cpu_times("cpu  " + " ".join(values) + "\ncpu0 1 0 1 1 0 0 0 0\n")
+
+
+@PROPERTY
+@given(index=st.sampled_from(_PARSED[1:]), value=st.integers(min_value=-(2**63), max_value=-1))
+def test_stat_negative_numbers_are_value_errors(index: int, value: int) -> None:
+    """Every field parse_stat reads is unsigned in the kernel: a negative one is garbage (it
+    would be negative CPU time). Found by tests/fuzz_atheris.py's proc_scan target."""
+    fields = stat_line(42, "x", 1, 2, start=3, flags=4).split()
+    fields[index] = str(value)
+    with pytest.raises(ValueError):
+        parse_stat(" ".join(fields) + "\n")

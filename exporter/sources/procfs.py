@@ -32,11 +32,15 @@ class ProcStat:
 
 
 def _number(field: str) -> int:
-    """A /proc number: int() bounded to what the kernel writes (u64 max and s64 min are both 20
-    characters), so a long one is a ValueError for this line, not an overflow further on."""
+    """An unsigned /proc number (every field read here is one): int() bounded to what the kernel
+    writes (u64 max is 20 digits), so a long one is a ValueError for this line, not an overflow
+    further on, and a negative one is garbage, not negative CPU time."""
     if len(field) > MAX_DIGITS:
         raise ValueError(f"number too long ({len(field)} characters)")
-    return int(field)
+    value = int(field)
+    if value < 0:
+        raise ValueError(f"negative value {field}")
+    return value
 
 
 def parse_stat(text: str) -> ProcStat:

@@ -217,17 +217,18 @@ class ProcScanner:
         if len(rest) < 21:
             return None
         old = prev.sample
-        utime, stime, flags_field = rest[11], rest[12], rest[6]
+        utime, stime, flags_field, start = rest[11], rest[12], rest[6], rest[19]
         # longer than the kernel writes: the full parser refuses the line
-        if len(utime) > _MAX_FIELD or len(stime) > _MAX_FIELD or len(flags_field) > _MAX_FIELD:
+        if max(len(utime), len(stime), len(flags_field), len(start)) > _MAX_FIELD:
             return None
         try:
-            if int(rest[19]) != old.key[1]:
-                return None  # a new process under the same PID and name
+            same_start = int(start) == old.key[1]
             ticks = int(utime) + int(stime)
             flags = int(flags_field)
         except ValueError:
             return None
+        if not same_start or ticks < 0 or flags < 0:
+            return None  # a new process under the same PID and name, or garbage (unsigned fields)
         return TaskSample(
             key=old.key,
             pid=old.pid,
