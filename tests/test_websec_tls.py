@@ -267,6 +267,7 @@ def test_basic_auth_without_tls_and_bad_reload(serve: Start, tmp_path: Path) -> 
         ("tls_server_config: {cert_file: a, key_file: b, min_version: TLS14}\n", "TLS14"),
         ("rate_limit: {interval: 1s, burst: 2}\n", "not supported"),
         ("[unclosed\n", "not valid YAML"),
+        ("[" * 500 + "]" * 500 + "\n", "nested deeper than 16 levels"),  # was a RecursionError
     ],
 )
 def test_bad_file_is_one_line_naming_the_flag(tmp_path: Path, content: str, problem: str) -> None:
