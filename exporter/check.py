@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 from exporter.config import ActivitySource as ActivityChoice
 from exporter.config import Config
@@ -31,6 +32,8 @@ from exporter.workloads.cgroupns import namespace_root
 log = logging.getLogger(__name__)
 
 # kinds: the exit status needs one working power and one working activity source
+K = TypeVar("K")
+
 POWER = "power"
 ACTIVITY = "activity"
 KUBERNETES = "kubernetes"  # pod names and GPU owners (kubelet, PodResources): not required
@@ -240,6 +243,14 @@ def _is_virtual_machine(procfs: Path) -> bool | None:
     return "hypervisor" in flags.split()
 
 
+def _fault_note(fault: Mapping[K, str], key: K) -> str:
+    """What to say after a zone or sensor: nothing when it read, else its fault (a domain
+    listed but not read at all vanished between listing and reading: unreadable)."""
+    if key not in fault:
+        return ": unreadable"
+    return f": {fault[key]}" if fault[key] else ""
+
+
 def probe_rapl(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
     missing = _sysfs_class(config, "RAPL zone")
     if missing is not None:
@@ -255,16 +266,18 @@ def probe_rapl(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
                 fix = FIX_RAPL_VM if vm else FIX_RAPL_BARE_METAL
         return Finding.failed(exc, fix)
     zones, duplicates = discover_zones(source.powercap)
-    read = {r.device for r in readings}
+    # a zone that failed is a reading with a fault; one not read at all vanished meanwhile
+    fault = {r.device: r.fault for r in readings}
+    good = [r for r in readings if not r.fault]
     items = [
         f"{z.zone} {z.device} ({z.name})"
         + (f", wraps at {z.max_energy_uj / 1e6:.0f} J" if z.max_energy_uj else "")
-        + ("" if z.device in read else ": unreadable")
+        + _fault_note(fault, z.device)
         for z in zones
     ]
     items += [f"left out: {d}, the same counter as its MSR zone" for d in duplicates]
-    summary = ", ".join(f"{r.zone} ({r.device})" for r in readings)
-    return Finding.works(f"{len(readings)} zones: {summary}", items)
+    summary = ", ".join(f"{r.zone} ({r.device})" for r in good)
+    return Finding.works(f"{len(good)} zones: {summary}", items)
 
 
 def probe_hwmon(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
@@ -276,14 +289,16 @@ def probe_hwmon(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
         readings = source.read()
     except SourceError as exc:
         return Finding.failed(exc, FIXES.get(("hwmon", exc.reason), FIX_HWMON_DRIVER))
-    read = {(r.zone, r.device) for r in readings}
+    fault = {(r.zone, r.device): r.fault for r in readings}
+    good = [r for r in readings if not r.fault]
     items = [
         f"{s.zone} ({s.device}, {s.kind} {'counter' if s.kind == 'energy' else 'reading'})"
-        + ("" if (s.zone, s.device) in read else ": unreadable")
+        + (f", at most {s.max_power_w:g} W" if s.max_power_w is not None else "")
+        + _fault_note(fault, (s.zone, s.device))
         for s in discover_sensors(source.hwmon_class)
     ]
-    summary = ", ".join(f"{r.zone} ({r.device})" for r in readings)
-    return Finding.works(f"{len(readings)} sensors: {summary}", items)
+    summary = ", ".join(f"{r.zone} ({r.device})" for r in good)
+    return Finding.works(f"{len(good)} sensors: {summary}", items)
 
 
 def probe_estimate(config: Config, earlier: Sequence[CheckResult]) -> Finding:
