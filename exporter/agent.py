@@ -115,11 +115,14 @@ class Agent:
         """Ask wait() to return: safe from a signal handler."""
         self._stop.set()
 
-    def wait(self) -> None:
+    def wait(self, on_wake: Callable[[], None] | None = None) -> None:
+        """Block until stop(); on_wake runs on this thread at every wake-up (once a second),
+        for work a signal handler only flags (SIGHUP's reload)."""
         # Not a bare wait(): a signal that the kernel hands to another thread runs its Python
         # handler only once the main thread wakes up, and a bare wait may never wake
         while not self._stop.wait(1.0):
-            pass
+            if on_wake is not None:
+                on_wake()
 
     def close(self) -> None:
         """Stop and release everything, in the reverse order of start(). Idempotent."""

@@ -10,6 +10,7 @@ import json
 import logging
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -82,6 +83,32 @@ def _count(text: str) -> int:
     if not text.strip().isascii() or not text.strip().isdigit():
         raise ValueError(f"{text!r} is not a whole number")
     return int(text)
+
+
+def _at_least(minimum: int, why: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = _count(text)
+        if value < minimum:
+            raise ValueError(f"{value} is too small: must be at least {minimum} ({why})")
+        return value
+
+    return parse
+
+
+# A Prometheus scrape's request head is about 300 bytes; 1 KiB leaves room for a proxy's headers.
+MIN_HEADER_BYTES = 1024
+# Paths the server answers besides the metrics: the telemetry path must not hide one of them.
+OTHER_PATHS = ("/", "/healthz", "/readyz")
+
+
+def _telemetry_path(text: str) -> str:
+    if not text.startswith("/"):
+        raise ValueError("must start with '/'")
+    if not text.isascii() or not text.isprintable() or any(c in text for c in " ?#"):
+        raise ValueError(f"{text!r} cannot be a request path (spaces, '?', '#' or non-ASCII)")
+    if text in OTHER_PATHS:
+        raise ValueError(f"{text} would hide the server's own {text} page; choose another path")
+    return text
 
 
 def _zone_list(text: str) -> tuple[str, ...]:
@@ -199,7 +226,7 @@ def web_options(func: F) -> F:
             "--web.max-connections",
             "web_max_connections",
             default=str(limits.max_connections),
-            callback=_converter(_count),
+            callback=_converter(_at_least(1, "0 would refuse every connection")),
             help="open connections served at once; more are refused with 503",
         ),
         _option(
@@ -234,7 +261,9 @@ def web_options(func: F) -> F:
             "--web.max-header-bytes",
             "web_max_header_bytes",
             default=str(limits.max_header_bytes),
-            callback=_converter(_count),
+            callback=_converter(
+                _at_least(MIN_HEADER_BYTES, "a scrape's request line and headers must fit")
+            ),
             help="largest request head (request line and headers) accepted",
         ),
     ]
@@ -309,7 +338,13 @@ def cli() -> None:
     callback=_converter(parse_listen_address),
     help="address to serve /metrics on",
 )
-@_option("--web.telemetry-path", "telemetry_path", default="/metrics", help="path of the metrics")
+@_option(
+    "--web.telemetry-path",
+    "telemetry_path",
+    default="/metrics",
+    callback=_converter(_telemetry_path),
+    help="path of the metrics",
+)
 @_option(
     "--interval",
     "interval_s",
@@ -341,8 +376,6 @@ def serve(**kw: Any) -> None:
     """Serve /metrics for Prometheus."""
     if not kw["node_name"]:
         kw.pop("node_name")
-    if not kw["telemetry_path"].startswith("/"):
-        raise click.BadParameter("must start with '/'", param_hint="'--web.telemetry-path'")
     web = _load_web_config(kw["web_config_file"])
     kw["http_limits"] = _http_limits(kw)
     config = _config(**kw)
@@ -381,8 +414,19 @@ def run_server(config: Config, web: LiveWebConfig | None = None) -> None:
     tune_for_serving()
     _log_web_security(web)
     previous = {sig: signal.signal(sig, lambda *_: agent.stop()) for sig in SHUTDOWN_SIGNALS}
+    # SIGHUP re-reads the web config, as Prometheus re-reads its own (without it, SIGHUP's
+    # default action would end the process without a word). The handler only sets a flag: the
+    # reload and its log line run on the main thread when it wakes.
+    hangup = threading.Event()
+    previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: hangup.set())
+
+    def on_wake() -> None:
+        if hangup.is_set():
+            hangup.clear()
+            _reload_web_config(web)
+
     try:
-        agent.wait()
+        agent.wait(on_wake)
         log.info("shutting down")
     finally:
         agent.close()
@@ -390,9 +434,17 @@ def run_server(config: Config, web: LiveWebConfig | None = None) -> None:
             signal.signal(sig, handler)
 
 
+def _reload_web_config(web: LiveWebConfig | None) -> None:
+    if web is None:
+        log.info("SIGHUP: no --web.config.file to reload; nothing to do")
+        return
+    log.info("SIGHUP: re-reading web config %s", web.path)
+    web.reload()
+
+
 def _log_web_security(web: LiveWebConfig | None) -> None:
     state = web.current() if web is not None else None
-    if state is None or isinstance(state, WebConfigError):
+    if state is None:
         return
     log.info(
         "TLS %s, basic auth %s (%s)",

@@ -346,6 +346,13 @@ def render_markdown() -> str:
     lines += [
         'Labels in parentheses appear only on some series: `gpu` only where `zone="gpu"`.',
         "",
+        "## wattprobe itself",
+        "",
+        "prometheus_client's standard process collector adds `process_cpu_seconds_total`,",
+        "`process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_open_fds`,",
+        "`process_max_fds` and `process_start_time_seconds` of the wattprobe process (read from",
+        "its own `/proc/self`, whatever `--path.procfs` says).",
+        "",
     ]
     return "\n".join(lines)
 

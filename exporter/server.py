@@ -22,14 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 
 from exporter import __version__
 from exporter.collector import SnapshotCollector
 from exporter.config import HttpLimits
 from exporter.exposition import TextRenderer
 from exporter.snapshot import Snapshot
-from exporter.web.config import WebConfigError
 from exporter.web.http import (
     Connection,
     HttpError,
@@ -61,6 +60,10 @@ class ExpositionCache:
         self._plain = b""
         self._gzipped: bytes | None = None  # made by the first scrape that asks for gzip
         self._registry.register(_Pinned(self))
+        # process_* (CPU seconds, memory, open fds, start time) of wattprobe itself, from its own
+        # /proc/self (not --path.procfs), as every Prometheus client exports. Read when a snapshot
+        # is rendered, so they are as fresh as the snapshot they are served with.
+        ProcessCollector(registry=self._registry)
         self._pinned: Snapshot | None = None
         self._renderer = TextRenderer()  # generate_latest's output, label sets formatted once
 
@@ -262,8 +265,8 @@ class MetricsServer(socketserver.TCPServer):
     def _handshake(self, sock: socket.socket, deadline: float) -> ssl.SSLSocket | None:
         assert self.web is not None
         state = self.web.current()
-        if isinstance(state, WebConfigError) or state.context is None:
-            return None  # the file turned bad: refuse, do not fall back to an older config
+        if state.context is None:
+            return None
         tls = state.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
         try:
             # CPython's do_handshake keeps one deadline across all its reads: a client that
@@ -326,8 +329,6 @@ class MetricsServer(socketserver.TCPServer):
         extra: tuple[tuple[str, str], ...] = ()
         if self.web is not None:
             state = self.web.current()
-            if isinstance(state, WebConfigError):
-                return error_response(500), False
             extra = state.config.headers
             if state.auth.enabled and not state.auth.check(req.header("authorization")):
                 unauthorized = Response(401, b"401 Unauthorized\n")
@@ -350,8 +351,7 @@ class MetricsServer(socketserver.TCPServer):
     def _extra_headers(self) -> tuple[tuple[str, str], ...]:
         if self.web is None:
             return ()
-        state = self.web.current()
-        return () if isinstance(state, WebConfigError) else state.config.headers
+        return self.web.current().config.headers
 
 
 def _with_headers(response: Response, headers: tuple[tuple[str, str], ...]) -> Response:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from exporter.config import Config
 from exporter.readings import ABSENT, EnergyReading, SourceError
+
+K = TypeVar("K")
 
 # kinds of source
 POWER = "power"  # node energy by zone (RAPL, hwmon, the estimate)
@@ -162,3 +164,11 @@ def missing_sysfs_class(config: Config, what: str) -> Finding | None:
         detail=f"{path} does not exist, so no {what} can be found",
         fix=MOUNT_SYSFS,
     )
+
+
+def fault_note(fault: Mapping[K, str], key: K) -> str:
+    """What `check` says after a zone or sensor: nothing when it read, else its fault (a domain
+    listed but not read at all vanished between listing and reading: unreadable)."""
+    if key not in fault:
+        return ": unreadable"
+    return f": {fault[key]}" if fault[key] else ""

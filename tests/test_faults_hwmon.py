@@ -121,10 +121,13 @@ def test_all_chips_vanish_is_a_fault_not_absence(
     assert source_up(samples, "hwmon") == (1.0, "")
 
 
-def test_one_sensor_garbage_others_read(host: FixtureHost, exporter: ExporterProcess) -> None:
+@pytest.mark.parametrize("content", ["garbage", "9" * 309, "9" * 5000])
+def test_one_sensor_garbage_others_read(
+    host: FixtureHost, exporter: ExporterProcess, content: str
+) -> None:
     watch = CounterWatch(exporter)
     watch.next()
-    host.hwmon_file(*I915).write_text("garbage\n")
+    host.hwmon_file(*I915).write_text(f"{content}\n")
     frozen = watch.next()
     for _ in range(2):
         samples = watch.next()
@@ -182,3 +185,34 @@ def test_one_absurd_power_reading_adds_no_energy(
 def one_value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str) -> float:
     (value,) = select(samples, name).values()
     return value
+
+
+@pytest.mark.parametrize("digits", [309, 400, 5000])
+def test_a_long_number_in_one_power_sensor_does_not_take_down_hwmon(
+    host: FixtureHost, exporter: ExporterProcess, digits: int
+) -> None:
+    """A 309+ digit power1_input overflowed float division: the whole hwmon source was down
+    with 'internal error'. Now that sensor alone gives nothing, the others measure on."""
+    watch = CounterWatch(exporter)
+    watch.next()
+    host.hwmon_file("hwmon2", "power1_input").write_text("9" * digits + "\n")
+    frozen = watch.next()
+    for _ in range(2):
+        host.add_hwmon_energy_j(*I915, STEP_J)
+        samples = watch.next()
+        assert source_up(samples, "hwmon") == (1.0, "")
+        assert node_energy(samples, "hwmon", "0000:03:00.0") == node_energy(
+            frozen, "hwmon", "0000:03:00.0"
+        )
+        assert node_energy(samples, "hwmon", "ACPI000D:00") > node_energy(
+            frozen, "hwmon", "ACPI000D:00"
+        )
+    assert (
+        abs(
+            node_energy(samples, "hwmon", I915_DEVICE)
+            - node_energy(frozen, "hwmon", I915_DEVICE)
+            - 2 * STEP_J
+        )
+        < EPS_J
+    )
+    assert "internal error" not in exporter.log()

@@ -15,7 +15,7 @@ import pytest
 
 from exporter.sources.procfs import CLOCK_TICKS, ProcfsSource
 from tests.faults_support import CounterWatch
-from tests.fixturehost import FixtureHost, stat_line
+from tests.fixturehost import FixtureHost, stat_line, write_atomic
 from tests.running import ExporterProcess, Samples, select, start_exporter
 
 POD_A = "aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
@@ -222,3 +222,25 @@ def test_proc_stat_unreadable_then_back(host: FixtureHost, exporter: ExporterPro
     host.add_cpu_ticks(busy=50, idle=50)
     samples = watch.next()
     assert list(select(samples, "wattprobe_source_up", source="procfs").values()) == [1.0]
+
+
+@pytest.mark.parametrize("digits", [21, 309, 5000])
+def test_a_long_utime_in_one_process_does_not_take_down_procfs(
+    host: FixtureHost, exporter: ExporterProcess, digits: int
+) -> None:
+    """A 309+ digit utime overflowed the float division of one process's CPU seconds and took
+    every process's activity down. Now that process alone is skipped."""
+    watch = CounterWatch(exporter)
+    host.add_process(5000, "worker", cgroup(POD_A, CID_A), start=50_000, utime=100)
+    host.add_process(5001, "liar", cgroup(POD_B, CID_B), start=50_001, utime=100)
+    samples = watch.next()
+    b_before = cpu_seconds(samples, CID_B)
+    head, *rest = host.process_stat(5001)
+    rest[11] = "9" * digits
+    write_atomic(host.procfs / "5001" / "stat", head + " " + " ".join(rest) + "\n")
+    for step in range(1, 3):
+        host.add_process_ticks(5000, 50)
+        samples = watch.next()
+        assert list(select(samples, "wattprobe_source_up", source="procfs").values()) == [1.0]
+        assert cpu_seconds(samples, CID_A) == pytest.approx((100 + 50 * step) / CLOCK_TICKS)
+        assert cpu_seconds(samples, CID_B) == pytest.approx(b_before)  # counts nothing false

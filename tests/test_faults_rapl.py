@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.sources.rapl import RAPL_MAX_POWER_W, RaplSource
 from tests.conftest import FIXTURES
 from tests.faults_support import EPS_J, CounterWatch, node_energy, source_up
 from tests.fixturehost import FixtureHost
@@ -98,6 +99,11 @@ def negative(host: FixtureHost, device: str) -> None:
     (host.rapl_dir(device) / "energy_uj").write_text("-5\n")
 
 
+def huge(host: FixtureHost, device: str) -> None:
+    # past int()'s 4300-digit limit: no kernel writes this, and it must not raise past the source
+    (host.rapl_dir(device) / "energy_uj").write_text("9" * 5000 + "\n")
+
+
 def vanish(host: FixtureHost, device: str) -> None:
     (host.rapl_dir(device) / "energy_uj").unlink()
 
@@ -120,6 +126,7 @@ FAULTS: dict[str, tuple[Fault, str]] = {
     "empty": (empty, "unparsable value"),
     "negative": (negative, "unparsable value"),
     "vanished": (vanish, "vanished"),
+    "huge": (huge, "unparsable value"),
     "directory": (directory, "read error"),
 }
 
@@ -160,7 +167,7 @@ def test_every_zone_fails_then_recovers(run: Run, fault: str) -> None:
     assert run.exporter.proc.poll() is None
 
 
-@pytest.mark.parametrize("fault", ["garbage", "vanished"])
+@pytest.mark.parametrize("fault", ["garbage", "vanished", "huge"])
 def test_one_zone_fails_the_rest_count_on(run: Run, fault: str) -> None:
     inject, _reason = FAULTS[fault]
     broken = "intel-rapl:0"
@@ -316,3 +323,30 @@ def test_wrap_during_a_gap_is_dropped_not_guessed(run: Run) -> None:
     run.advance([device], joules=2.0)
     samples = run.watch.next()
     assert abs(run.counted(samples, device) - counted - 2.0) < EPS_J
+
+
+def test_one_garbage_zone_is_a_faulted_reading_while_the_others_read_on(host: FixtureHost) -> None:
+    """What the source hands the monitor, interval after interval, on a fixture host whose
+    intel-rapl:0:0 turns to garbage and back: that zone is a reading with a fault (so the
+    monitor can show it per device), never a missing one, and the others read exact values."""
+    source = RaplSource(host.sysfs)
+    devices = rapl_devices(host)
+    broken = "intel-rapl:0:0"
+    before = host.energy_uj(broken)
+    for step, content in enumerate(["garbage\n", "", "-3\n", "9" * 309 + "\n", "9" * 5000]):
+        for device in devices:
+            if device != broken:
+                host.add_energy_j(device, STEP_J)
+        (host.rapl_dir(broken) / "energy_uj").write_text(content)
+        readings = {r.device: r for r in source.read()}
+        assert set(readings) == set(devices), step
+        bad = readings[broken]
+        assert bad.fault in ("garbage", "out of range") and bad.energy_uj is None, content[:8]
+        assert (bad.source, bad.zone, bad.max_power_w) == ("rapl", "core", RAPL_MAX_POWER_W)
+        for device in devices:
+            if device != broken:
+                assert readings[device].fault == ""
+                assert readings[device].energy_uj == host.energy_uj(device)
+    host.set_energy_uj(broken, before)
+    readings = {r.device: r for r in source.read()}
+    assert (readings[broken].fault, readings[broken].energy_uj) == ("", before)

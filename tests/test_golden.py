@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ TIME_DEPENDENT = (
     "wattprobe_intervals_total",
     "wattprobe_last_interval_timestamp_seconds",
     "wattprobe_build_info",
+    "process_",  # wattprobe's own CPU, memory, fds, start time (checked in the test below)
 )
 POWER_INTEGRATED_ZONES = ('zone="power_meter_power1"', 'zone="amdgpu_ppt"')
 
@@ -181,6 +183,24 @@ def test_golden_metrics(host: FixtureHost, exporter: StartExporter, tmp_path: Pa
     assert len({row["pod_uid"] for row in labelled}) >= 4
     for row in labelled:
         assert (row["namespace"], row["pod"]) == names[row["pod_uid"]], row
+
+
+def test_self_metrics_are_the_serving_process(host: FixtureHost, exporter: StartExporter) -> None:
+    """process_* describe the `wattprobe serve` process itself (its /proc/<pid>), whatever
+    --path.procfs says (here the fixture /proc, which has no such process)."""
+    before = time.time()
+    proc = exporter(*host.args(), "--interval", "1s")
+    proc.wait_for("/readyz")
+    samples = parse_samples(proc.wait_next_interval())
+    pid = proc.proc.pid
+    value = {name: v for (name, labels), v in samples.items() if name.startswith("process_")}
+    assert before - 2 <= value["process_start_time_seconds"] <= time.time()
+    assert 0 < value["process_cpu_seconds_total"] < time.time() - before + 1
+    rss = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    assert 0.5 * rss < value["process_resident_memory_bytes"] < 2 * rss
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    assert abs(value["process_open_fds"] - fds) <= 8  # connections come and go
+    assert value["process_max_fds"] >= value["process_open_fds"]
 
 
 def test_exposition_passes_promtool(

@@ -170,3 +170,28 @@ def test_a_new_name_that_parses_like_the_old_one_is_a_new_name(host: FixtureHost
     write_atomic(host.procfs / "7200" / "stat", stat_line(7200, "ab) S", 9, 0, start=42))
     seen = by_pid(s)[7200]
     assert seen[1] == "ab) S" and seen[2] == IN_CONTAINER and seen[3] == 9 / CLOCK_TICKS
+
+
+def _set_utime(host: FixtureHost, pid: int, utime: str) -> None:
+    head, *rest = host.process_stat(pid)
+    rest[11] = utime
+    write_atomic(host.procfs / str(pid) / "stat", head + " " + " ".join(rest) + "\n")
+
+
+def test_a_long_number_in_one_stat_skips_that_process_only(host: FixtureHost) -> None:
+    s = scanner(host)
+    before = by_pid(s)
+    victim, *others = sorted(before)
+    # 309+ digits overflowed the float division that makes cpu_seconds (the whole scan failed);
+    # 4301+ is past int()'s digit limit; 21 is one more than a u64 has
+    for digits in (21, 309, 4301):
+        _set_utime(host, victim, "9" * digits)
+        after = by_pid(s)  # the fast path: a known process that ran
+        assert victim not in after
+        assert {pid: after[pid] for pid in others} == {pid: before[pid] for pid in others}
+        assert victim not in by_pid(scanner(host))  # the full parser on a fresh scanner too
+    host.add_process_ticks(others[0], 5)
+    _set_utime(host, victim, "12")
+    after = by_pid(s)
+    assert after[victim][3] == (12 + int(host.process_stat(victim)[13])) / CLOCK_TICKS
+    assert after[others[0]][3] == before[others[0]][3] + 5 / CLOCK_TICKS

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -69,3 +70,46 @@ def test_cpu_times_garbage_raises_only_value_error(text: str) -> None:
     except ValueError:
         return
     assert times.ncpu >= 1
+
+
+# whitespace-split fields of a stat line: 0 pid, 8 flags, 13 utime, 14 stime, 21 starttime are
+# parsed; 3 (ppid) and 22 (vsize) are not
+_PARSED = (0, 8, 13, 14, 21)
+
+
+@PROPERTY
+@given(
+    index=st.sampled_from([*_PARSED, 3, 22]),
+    digits=st.integers(min_value=21, max_value=6000),
+)
+def test_stat_long_numbers_are_value_errors(index: int, digits: int) -> None:
+    fields = stat_line(42, "x", 1, 2, start=3, flags=4).split()
+    fields[index] = "9" * digits
+    line = " ".join(fields) + "\n"
+    if index not in _PARSED:
+        assert parse_stat(line).utime_ticks == 1  # a field the parser does not read
+        return
+    with pytest.raises(ValueError):
+        parse_stat(line)
+
+
+@PROPERTY
+@given(
+    position=st.integers(min_value=0, max_value=7), digits=st.integers(min_value=21, max_value=6000)
+)
+def test_cpu_times_long_numbers_are_value_errors(position: int, digits: int) -> None:
+    values = ["1"] * 8
+    values[position] = "9" * digits
+    with pytest.raises(ValueError):
+        parse_cpu_times("cpu  " + " ".join(values) + "\ncpu0 1 0 1 1 0 0 0 0\n")
+
+
+@PROPERTY
+@given(index=st.sampled_from(_PARSED[1:]), value=st.integers(min_value=-(2**63), max_value=-1))
+def test_stat_negative_numbers_are_value_errors(index: int, value: int) -> None:
+    """Every field parse_stat reads is unsigned in the kernel: a negative one is garbage (it
+    would be negative CPU time). Found by tests/fuzz_atheris.py's proc_scan target."""
+    fields = stat_line(42, "x", 1, 2, start=3, flags=4).split()
+    fields[index] = str(value)
+    with pytest.raises(ValueError):
+        parse_stat(" ".join(fields) + "\n")

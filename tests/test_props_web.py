@@ -11,7 +11,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from exporter.web.auth import parse_basic
-from exporter.web.config import WebConfigError, parse_web_config
+from exporter.web.config import MAX_DEPTH, WebConfigError, parse_web_config
 from exporter.web.http import HttpError, parse_head
 from tests.props import PROPERTY
 
@@ -134,3 +134,36 @@ def test_any_text_is_accepted_or_refused_with_a_message(text: str) -> None:
         parse_web_config(text, Path("/etc/wattprobe"))
     except WebConfigError as exc:
         assert str(exc) and "\n" not in str(exc)
+
+
+def _nested(depth: int, style: str) -> str:
+    """A document `depth` collections deep, in flow or block style, mappings or sequences."""
+    if style == "flow-seq":
+        return "[" * depth + "]" * depth
+    if style == "flow-map":
+        return "{a: " * depth + "1" + "}" * depth
+    if style == "block-map":
+        return "".join(" " * i + f"k{i}:\n" for i in range(depth)) + " " * depth + "v\n"
+    return "".join(" " * (2 * i) + "- " + ("\n" if i < depth - 1 else "x\n") for i in range(depth))
+
+
+@PROPERTY
+@given(
+    depth=st.integers(min_value=1, max_value=3000),
+    style=st.sampled_from(["flow-seq", "flow-map", "block-map", "block-seq"]),
+    section=st.sampled_from(["", "basic_auth_users:\n  u: ", "tls_server_config:\n  cert: "]),
+)
+@example(depth=500, style="flow-seq", section="")  # a RecursionError traceback at start
+@example(depth=600, style="block-map", section="")
+def test_deep_nesting_is_one_line_not_a_recursion_error(
+    depth: int, style: str, section: str
+) -> None:
+    text = section + _nested(depth, style)
+    try:
+        parse_web_config(text, Path("/etc/wattprobe"))
+    except WebConfigError as exc:
+        message = str(exc)
+        assert message and "\n" not in message and len(message) < 200
+        # (a block collection after "key: " on one line is plain invalid YAML, refused first)
+        if depth > MAX_DEPTH and (style.startswith("flow") or not section):
+            assert "nested deeper than" in message

@@ -81,7 +81,43 @@ def test_permission_denied_on_every_zone_says_why_and_how_to_fix(
     assert "CAP_DAC_READ_SEARCH" in err.value.detail
 
 
-def test_one_garbage_zone_does_not_hide_the_others(host: FixtureHost) -> None:
-    (host.rapl_dir("intel-rapl:0:0") / "energy_uj").write_text("garbage\n")
-    devices = {r.device for r in RaplSource(host.sysfs).read()}
-    assert "intel-rapl:0:0" not in devices and "intel-rapl:0" in devices
+@pytest.mark.parametrize(
+    ("content", "fault"),
+    [
+        ("garbage\n", "garbage"),
+        ("", "garbage"),
+        ("-5\n", "out of range"),
+        ("9" * 21 + "\n", "out of range"),
+        ("9" * 4301 + "\n", "out of range"),  # past int()'s digit limit
+    ],
+)
+def test_one_bad_zone_is_a_faulted_reading_and_the_others_read_on(
+    host: FixtureHost, content: str, fault: str
+) -> None:
+    (host.rapl_dir("intel-rapl:0:0") / "energy_uj").write_text(content)
+    readings = {r.device: r for r in RaplSource(host.sysfs).read()}
+    bad = readings["intel-rapl:0:0"]
+    assert (bad.fault, bad.energy_uj, bad.power_w, bad.zone) == (fault, None, None, "core")
+    assert bad.max_energy_uj is not None and bad.max_power_w is not None  # bounds kept
+    for device in ("intel-rapl:0", "intel-rapl:0:1", "intel-rapl:1"):
+        good = readings[device]
+        assert good.fault == "" and good.energy_uj == host.energy_uj(device)
+
+
+def test_unreadable_zone_is_faulted(host: FixtureHost) -> None:
+    energy = host.rapl_dir("intel-rapl:1") / "energy_uj"
+    energy.unlink()
+    energy.mkdir()  # still listed, but reading it fails with an OSError
+    readings = {r.device: r for r in RaplSource(host.sysfs).read()}
+    assert readings["intel-rapl:1"].fault == "unreadable"
+    assert readings["intel-rapl:0"].fault == ""
+
+
+def test_all_zones_bad_is_still_a_source_error(host: FixtureHost) -> None:
+    for device in ("intel-rapl:0", "intel-rapl:0:0", "intel-rapl:0:1"):
+        (host.rapl_dir(device) / "energy_uj").write_text("x\n")
+    for device in ("intel-rapl:1", "intel-rapl:1:0", "intel-rapl:1:1"):
+        (host.rapl_dir(device) / "energy_uj").write_text("9" * 400 + "\n")
+    with pytest.raises(SourceError) as err:
+        RaplSource(host.sysfs).read()
+    assert err.value.reason == "unparsable value"

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import base64
+import logging
 import ssl
+import statistics
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -376,7 +379,66 @@ def test_live_config_reloads_on_change_only(tmp_path: Path, pki: Pki) -> None:
     second = live.current()
     assert not isinstance(second, WebConfigError) and second is not first
     assert second.auth.check(header("b", "2"))
-    path.write_text("basic_auth_users: [")
-    assert isinstance(live.current(), WebConfigError)
-    write_config(path, {"basic_auth_users": {"b": bcrypt_hash("2")}})
-    assert not isinstance(live.current(), WebConfigError)
+    # a bad file keeps the last good one serving, as a bad Prometheus reload does
+    for bad in ("basic_auth_users: [", "[" * 600 + "]" * 600, "tls_server_config: {}\n"):
+        path.write_text(bad)
+        assert live.current() is second
+    write_config(path, {"basic_auth_users": {"c": bcrypt_hash("3")}})
+    third = live.current()
+    assert third is not second and third.auth.check(header("c", "3"))
+
+
+def test_bad_reload_is_logged_once_not_per_connection(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = write_config(tmp_path / "web.yml", {"basic_auth_users": {"a": bcrypt_hash("1")}})
+    live = LiveWebConfig.load(path)
+    good = live.current()
+    path.write_text("a:\n" + "".join(" " * i + f"b{i}:\n" for i in range(1, 600)))
+    with caplog.at_level(logging.ERROR, logger="exporter.web.live"):
+        for _ in range(20):
+            assert live.current() is good
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1
+    message = errors[0].getMessage()
+    assert "nested deeper than" in message and "still serving the previous one" in message
+    assert "\n" not in message and errors[0].exc_info is None  # one line, no traceback
+    caplog.clear()
+    live.reload()  # SIGHUP: re-read even though nothing changed, and say so again
+    assert len([r for r in caplog.records if r.levelno >= logging.ERROR]) == 1
+
+
+def test_auth_time_does_not_tell_users_or_their_cost() -> None:
+    """A failed check costs the same whether the user exists and whatever its bcrypt cost.
+
+    Without padding, cost 4 answers in ~1 ms and cost 10 in ~60 ms (a 60x ratio). Tries are
+    interleaved and compared by median, so machine load moves every case alike.
+    """
+    auth = BasicAuth(
+        (
+            ("cheap", bcrypt_hash("p", cost=4)),
+            ("middle", bcrypt_hash("p", cost=7)),
+            ("dear", bcrypt_hash("p", cost=10)),
+        )
+    )
+    cases = {"cheap": "cheap", "middle": "middle", "dear": "dear", "unknown": "nobody"}
+    auth.check(header("nobody", "warm-up"))  # the dummy hash is made on first use
+    times: dict[str, list[float]] = {case: [] for case in cases}
+    for attempt in range(7):
+        for case, user in cases.items():
+            started = time.perf_counter()
+            assert not auth.check(header(user, f"wrong-{attempt}"))
+            times[case].append(time.perf_counter() - started)
+    medians = {case: statistics.median(t) for case, t in times.items()}
+    assert max(medians.values()) < 2 * min(medians.values()), medians
+    # a right password is no faster the first time, then cached for every user alike
+    first = {user: _timed(auth, user) for user in ("cheap", "dear")}
+    assert first["cheap"] > 0.5 * first["dear"], first
+    again = {user: _timed(auth, user) for user in ("cheap", "dear")}
+    assert max(again.values()) < 0.1 * min(medians.values()), again
+
+
+def _timed(auth: BasicAuth, user: str) -> float:
+    started = time.perf_counter()
+    assert auth.check(header(user, "p"))
+    return time.perf_counter() - started

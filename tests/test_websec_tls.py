@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import ssl
 import subprocess
@@ -225,13 +226,16 @@ def test_reload_rotated_certificate_and_users(pki: Pki, serve: Start, tmp_path: 
     assert request(exporter.port, context=ctx, headers=basic("bob", "b")).status == 200
     assert request(exporter.port, context=ctx, headers=basic("alice", "a")).status == 401
 
-    # a file that turns bad fails closed: no handshake, no fallback to the old users
+    # a file that turns bad keeps the last good one serving (as a bad Prometheus reload does)
     config.write_text("tls_server_config: [not, a, mapping]\n")
-    assert refused(exporter.port, ctx)
-    assert exporter.proc.poll() is None
-    write_config(config, {"tls_server_config": tls, "basic_auth_users": {"bob": bcrypt_hash("b")}})
     assert request(exporter.port, context=ctx, headers=basic("bob", "b")).status == 200
-    assert "unusable" in exporter.log()
+    assert request(exporter.port, context=ctx, headers=basic("alice", "a")).status == 401
+    assert exporter.proc.poll() is None
+    write_config(
+        config, {"tls_server_config": tls, "basic_auth_users": {"carol": bcrypt_hash("c")}}
+    )
+    assert request(exporter.port, context=ctx, headers=basic("carol", "c")).status == 200
+    assert exporter.log().count("still serving the previous one") == 1
 
 
 def test_basic_auth_without_tls_and_bad_reload(serve: Start, tmp_path: Path) -> None:
@@ -241,14 +245,16 @@ def test_basic_auth_without_tls_and_bad_reload(serve: Start, tmp_path: Path) -> 
     assert request(exporter.port).status == 401
     assert "clear text" in exporter.log()
     config.write_text("basic_auth_users:\n  u: not-a-hash\n")
-    broken = request(exporter.port, headers=basic("u", "p"))
-    assert broken.status == 500
-    assert b"not-a-hash" not in broken.body
-    write_config(config, {"basic_auth_users": {"u": bcrypt_hash("p")}})
-    assert request(exporter.port, headers=basic("u", "p")).status == 200
-    # switching TLS on needs a restart: refused, and the old plain server fails closed
+    for _ in range(3):  # the old file serves on, /healthz included
+        assert request(exporter.port, headers=basic("u", "p")).status == 200
+        assert request(exporter.port, "/healthz", headers=basic("u", "p")).status == 200
+    assert "not-a-hash" not in exporter.log()
+    write_config(config, {"basic_auth_users": {"u": bcrypt_hash("q")}})
+    assert request(exporter.port, headers=basic("u", "q")).status == 200
+    # switching TLS on needs a restart: refused, and the plain server serves on as it was
     write_config(config, {"tls_server_config": {"cert_file": "x", "key_file": "y"}})
-    assert request(exporter.port, headers=basic("u", "p")).status == 500
+    assert request(exporter.port, headers=basic("u", "q")).status == 200
+    assert exporter.log().count("still serving the previous one") == 2
 
 
 @pytest.mark.parametrize(
@@ -261,6 +267,7 @@ def test_basic_auth_without_tls_and_bad_reload(serve: Start, tmp_path: Path) -> 
         ("tls_server_config: {cert_file: a, key_file: b, min_version: TLS14}\n", "TLS14"),
         ("rate_limit: {interval: 1s, burst: 2}\n", "not supported"),
         ("[unclosed\n", "not valid YAML"),
+        ("[" * 500 + "]" * 500 + "\n", "nested deeper than 16 levels"),  # was a RecursionError
     ],
 )
 def test_bad_file_is_one_line_naming_the_flag(tmp_path: Path, content: str, problem: str) -> None:
@@ -356,3 +363,33 @@ def test_slow_tls_handshake_is_cut_off(pki: Pki, serve: Start, tmp_path: Path) -
     assert closed, "the server waited for the whole trickled hello"
     assert elapsed < 1 + 3
     assert request(exporter.port, context=ctx).status == 200
+
+
+def test_sighup_rereads_the_web_config_and_never_ends_the_process(
+    serve: Start, tmp_path: Path, host: FixtureHost
+) -> None:
+    config = write_config(tmp_path / "web.yml", {"basic_auth_users": {"u": bcrypt_hash("p")}})
+    exporter = serve(config, auth=("u", "p"))
+
+    def hangups() -> int:
+        return exporter.log().count("SIGHUP: re-reading web config")
+
+    exporter.proc.send_signal(signal.SIGHUP)  # its default action ended the process silently
+    assert _eventually(lambda: hangups() == 1 and "reloaded" in exporter.log())
+    assert exporter.proc.poll() is None
+    assert request(exporter.port, headers=basic("u", "p")).status == 200
+    config.write_text("basic_auth_users: [\n")
+    exporter.proc.send_signal(signal.SIGHUP)
+    assert _eventually(
+        lambda: hangups() == 2 and "still serving the previous one" in exporter.log()
+    )
+    assert request(exporter.port, headers=basic("u", "p")).status == 200
+    assert exporter.proc.poll() is None and "Traceback" not in exporter.log()
+    # without a web config file there is nothing to re-read, and SIGHUP is said and ignored
+    plain = start_exporter(host.args(), log_dir=tmp_path)
+    try:
+        plain.proc.send_signal(signal.SIGHUP)
+        assert _eventually(lambda: "SIGHUP: no --web.config.file" in plain.log())
+        assert plain.proc.poll() is None and plain.get("/healthz")[0] == 200
+    finally:
+        plain.stop()

@@ -3,6 +3,8 @@
 power<N>_input / power<N>_average are microwatts (integrated by the monitor over the interval);
 energy<N>_input is a cumulative microjoule counter. Each sensor is its own zone, named from its
 chip and label, because sensors on one board may overlap (a board total and its rails).
+A sensor's own power<N>_max, power<N>_crit or power<N>_cap (microwatts) bounds what it can
+plausibly read (max_power_w); an energy sensor takes the bound of the power sensor with its label.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from pathlib import Path
 
 from exporter.config import Config
 from exporter.readings import ABSENT, EnergyReading, SourceAbsent, SourceError
-from exporter.sources.files import read_int, read_text, reason_for, short_error
+from exporter.sources.files import fault_for, read_int, read_text, reason_for, short_error
 from exporter.sourcespec import (
     ALL_ZONES,
     POWER,
     CheckResult,
     Finding,
     SourceSpec,
+    fault_note,
     missing_sysfs_class,
 )
 
@@ -30,6 +33,10 @@ log = logging.getLogger(__name__)
 
 _SENSOR = re.compile(r"^(power|energy)(\d+)_(input|average)$")
 _UNSAFE = re.compile(r"[^a-z0-9]+")
+_LIMITS = ("max", "crit", "cap")  # power<N>_<limit> files, in microwatts
+# A limit above this is not a sane bound for one sensor (the largest accelerator boards draw a
+# few kW; a rack PSU tens): a sensor that reports one gets the monitor's generic bound instead.
+MAX_SANE_LIMIT_W = 100_000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +45,31 @@ class HwmonSensor:
     device: str  # the hwmon device's bus name, or hwmonN when it has none
     kind: str  # power or energy
     path: str
+    max_power_w: float | None = None  # from the sensor's own limits; None: none given or sane
 
 
 def sensor_zone(chip: str, label: str) -> str:
     return _UNSAFE.sub("_", f"{chip}_{label}".lower()).strip("_")
+
+
+def sensor_limit(chip_dir: str, index: str, files: set[str] | list[str]) -> float | None:
+    """The largest sane power<index>_{max,crit,cap} in watts, or None.
+
+    The largest, not the first: the bound rejects readings above it, and a short excursion over a
+    cap or a max is real power, while a value over the critical limit is not credible.
+    """
+    best: float | None = None
+    for limit in _LIMITS:
+        name = f"power{index}_{limit}"
+        if name not in files:
+            continue
+        try:
+            watts = read_int(f"{chip_dir}/{name}") / 1e6
+        except (OSError, ValueError):
+            continue
+        if 0 < watts <= MAX_SANE_LIMIT_W and (best is None or watts > best):
+            best = watts
+    return best
 
 
 def _chip_dir(hwmon_dir: str) -> str:
@@ -69,7 +97,7 @@ def discover_sensors(hwmon_class: str) -> list[HwmonSensor]:
         chip_dir = _chip_dir(hwmon_dir)
         try:
             chip = read_text(f"{chip_dir}/name")
-            files = os.listdir(chip_dir)
+            files = set(os.listdir(chip_dir))
         except OSError:
             continue
         device = _device_name(hwmon_dir, entry) if os.path.islink(f"{hwmon_dir}/device") else entry
@@ -82,18 +110,33 @@ def discover_sensors(hwmon_class: str) -> list[HwmonSensor]:
             key = (kind, index)
             if suffix == "input" or key not in found:  # *_input wins over *_average
                 found[key] = fname
+        labels: dict[tuple[str, str], str] = {}
+        for kind, index in found:
+            try:
+                labels[kind, index] = read_text(f"{chip_dir}/{kind}{index}_label")
+            except OSError:
+                labels[kind, index] = f"{kind}{index}"
+        # a power index's limits also bound the energy counter with its label
+        limit_by_label = {
+            labels[kind, index]: sensor_limit(chip_dir, index, files)
+            for kind, index in found
+            if kind == "power"
+        }
         labels_seen: set[str] = set()
         # energy first: a rail with both a counter and a power reading is counted by its counter
         for (kind, index), fname in sorted(found.items()):
-            try:
-                label = read_text(f"{chip_dir}/{kind}{index}_label")
-            except OSError:
-                label = f"{'power' if kind == 'power' else 'energy'}{index}"
+            label = labels[kind, index]
             if kind == "power" and label in labels_seen:
                 continue
             labels_seen.add(label)
             sensors.append(
-                HwmonSensor(sensor_zone(chip, label), device, kind, f"{chip_dir}/{fname}")
+                HwmonSensor(
+                    sensor_zone(chip, label),
+                    device,
+                    kind,
+                    f"{chip_dir}/{fname}",
+                    limit_by_label.get(label),
+                )
             )
     return sensors
 
@@ -117,16 +160,26 @@ class HwmonSource:
         readings: list[EnergyReading] = []
         failure: tuple[str, str] | None = None
         for s in sensors:
+            bound = s.max_power_w
             try:
                 value = read_int(s.path)
             except (OSError, ValueError) as exc:
                 failure = failure or (reason_for(exc), f"{s.path}: {short_error(exc)}")
+                fault = fault_for(exc)
+                readings.append(
+                    EnergyReading(s.zone, s.device, self.name, max_power_w=bound, fault=fault)
+                )
                 continue
             if s.kind == "energy":
-                readings.append(EnergyReading(s.zone, s.device, self.name, energy_uj=value))
+                readings.append(
+                    EnergyReading(s.zone, s.device, self.name, energy_uj=value, max_power_w=bound)
+                )
             else:
-                readings.append(EnergyReading(s.zone, s.device, self.name, power_w=value / 1e6))
-        if not readings and failure is not None:
+                watts = value / 1e6
+                readings.append(
+                    EnergyReading(s.zone, s.device, self.name, power_w=watts, max_power_w=bound)
+                )
+        if failure is not None and all(r.fault for r in readings):
             raise SourceError(*failure)
         if failure is not None:
             log.debug("hwmon: some sensors unreadable: %s", failure[1])
@@ -152,14 +205,16 @@ def probe(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
         readings = source.read()
     except SourceError as exc:
         return Finding.failed(exc, FIXES.get(exc.reason, FIX_HWMON_DRIVER))
-    read = {(r.zone, r.device) for r in readings}
+    fault = {(r.zone, r.device): r.fault for r in readings}
+    good = [r for r in readings if not r.fault]
     items = [
         f"{s.zone} ({s.device}, {s.kind} {'counter' if s.kind == 'energy' else 'reading'})"
-        + ("" if (s.zone, s.device) in read else ": unreadable")
+        + (f", at most {s.max_power_w:g} W" if s.max_power_w is not None else "")
+        + fault_note(fault, (s.zone, s.device))
         for s in discover_sensors(source.hwmon_class)
     ]
-    summary = ", ".join(f"{r.zone} ({r.device})" for r in readings)
-    return Finding.works(f"{len(readings)} sensors: {summary}", items)
+    summary = ", ".join(f"{r.zone} ({r.device})" for r in good)
+    return Finding.works(f"{len(good)} sensors: {summary}", items)
 
 
 SPEC = SourceSpec(

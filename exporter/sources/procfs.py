@@ -13,6 +13,7 @@ from exporter.cgroupfs.classify import classify_task
 from exporter.cgroupfs.ns import HOST_ROOT, namespace_root
 from exporter.config import Config
 from exporter.readings import CpuTimes, SourceError, TaskSample
+from exporter.sources.files import MAX_DIGITS
 from exporter.sources.files import short_error as _short
 from exporter.sources.procscan import RECHECK_EVERY, ProcScanner
 from exporter.sourcespec import ACTIVITY, MOUNT_PROCFS, CheckResult, Finding, SourceSpec
@@ -35,6 +36,18 @@ class ProcStat:
     start_ticks: int
 
 
+def _number(field: str) -> int:
+    """An unsigned /proc number (every field read here is one): int() bounded to what the kernel
+    writes (u64 max is 20 digits), so a long one is a ValueError for this line, not an overflow
+    further on, and a negative one is garbage, not negative CPU time."""
+    if len(field) > MAX_DIGITS:
+        raise ValueError(f"number too long ({len(field)} characters)")
+    value = int(field)
+    if value < 0:
+        raise ValueError(f"negative value {field}")
+    return value
+
+
 def parse_stat(text: str) -> ProcStat:
     """Parse /proc/<pid>/stat. comm may hold spaces and ')' so it ends at the *last* ')'."""
     open_paren = text.find("(")
@@ -46,12 +59,12 @@ def parse_stat(text: str) -> ProcStat:
         raise ValueError("stat line too short")
     # rest[0] is field 3 (state); field n of proc(5) is rest[n - 3].
     return ProcStat(
-        pid=int(text[:open_paren]),
+        pid=_number(text[:open_paren].strip()),
         comm=text[open_paren + 1 : close_paren],
-        flags=int(rest[6]),
-        utime_ticks=int(rest[11]),
-        stime_ticks=int(rest[12]),
-        start_ticks=int(rest[19]),
+        flags=_number(rest[6]),
+        utime_ticks=_number(rest[11]),
+        stime_ticks=_number(rest[12]),
+        start_ticks=_number(rest[19]),
     )
 
 
@@ -64,7 +77,7 @@ def parse_cpu_times(text: str) -> CpuTimes:
     ncpu = 0
     for line in text.splitlines():
         if line.startswith("cpu "):
-            total = [int(v) for v in line.split()[1:9]]
+            total = [_number(v) for v in line.split()[1:9]]
         elif line.startswith("cpu"):
             ncpu += 1
     if total is None or len(total) < 4:

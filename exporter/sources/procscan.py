@@ -25,12 +25,13 @@ from typing import Protocol
 
 from exporter.cgroupfs.ns import HOST_ROOT, to_host_file
 from exporter.readings import SourceError, TaskSample
-from exporter.sources.files import short_error
+from exporter.sources.files import MAX_DIGITS, short_error
 
 log = logging.getLogger(__name__)
 
 RECHECK_EVERY = 12  # intervals between cgroup re-reads of an unchanged process
 _CHUNK = 4096  # a stat line is well under 1 KiB; longer files are read on
+_MAX_FIELD = MAX_DIGITS  # a /proc number: u64 max and s64 min are both 20 characters
 
 
 class StatFields(Protocol):
@@ -216,13 +217,18 @@ class ProcScanner:
         if len(rest) < 21:
             return None
         old = prev.sample
+        utime, stime, flags_field, start = rest[11], rest[12], rest[6], rest[19]
+        # longer than the kernel writes: the full parser refuses the line
+        if max(len(utime), len(stime), len(flags_field), len(start)) > _MAX_FIELD:
+            return None
         try:
-            if int(rest[19]) != old.key[1]:
-                return None  # a new process under the same PID and name
-            ticks = int(rest[11]) + int(rest[12])
-            flags = int(rest[6])
+            same_start = int(start) == old.key[1]
+            ticks = int(utime) + int(stime)
+            flags = int(flags_field)
         except ValueError:
             return None
+        if not same_start or ticks < 0 or flags < 0:
+            return None  # a new process under the same PID and name, or garbage (unsigned fields)
         return TaskSample(
             key=old.key,
             pid=old.pid,

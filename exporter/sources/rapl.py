@@ -16,8 +16,15 @@ from pathlib import Path
 
 from exporter.config import Config
 from exporter.readings import ABSENT, EnergyReading, SourceAbsent, SourceError
-from exporter.sources.files import read_int, read_text, reason_for, short_error
-from exporter.sourcespec import POWER, CheckResult, Finding, SourceSpec, missing_sysfs_class
+from exporter.sources.files import fault_for, read_int, read_text, reason_for, short_error
+from exporter.sourcespec import (
+    POWER,
+    CheckResult,
+    Finding,
+    SourceSpec,
+    fault_note,
+    missing_sysfs_class,
+)
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +97,8 @@ class RaplSource:
         self._seen: set[str] = set()
 
     def read(self) -> list[EnergyReading]:
-        """Every zone's counter. Zones that fail are left out; if all fail, SourceError."""
+        """Every zone's counter. A zone that fails is returned with its fault and no value, so
+        the fault is visible per device; if all fail, SourceError."""
         zones, self.duplicates = discover_zones(self.powercap)
         if not zones and self._seen:
             gone = ", ".join(sorted(self._seen))
@@ -105,6 +113,16 @@ class RaplSource:
                 energy = read_int(f"{z.path}/energy_uj")
             except (OSError, ValueError) as exc:
                 failure = failure or (reason_for(exc), f"{z.path}/energy_uj: {short_error(exc)}")
+                readings.append(
+                    EnergyReading(
+                        z.zone,
+                        z.device,
+                        self.name,
+                        max_energy_uj=z.max_energy_uj,
+                        max_power_w=RAPL_MAX_POWER_W,
+                        fault=fault_for(exc),
+                    )
+                )
                 continue
             readings.append(
                 EnergyReading(
@@ -116,7 +134,7 @@ class RaplSource:
                     max_power_w=RAPL_MAX_POWER_W,
                 )
             )
-        if not readings and failure is not None:
+        if failure is not None and all(r.fault for r in readings):
             reason, detail = failure
             if reason == "permission denied":
                 detail = f"{detail}; {FIX_PERMISSION}"
@@ -172,16 +190,18 @@ def probe(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
                 fix = FIX_RAPL_VM if vm else FIX_RAPL_BARE_METAL
         return Finding.failed(exc, fix)
     zones, duplicates = discover_zones(source.powercap)
-    read = {r.device for r in readings}
+    # a zone that failed is a reading with a fault; one not read at all vanished meanwhile
+    fault = {r.device: r.fault for r in readings}
+    good = [r for r in readings if not r.fault]
     items = [
         f"{z.zone} {z.device} ({z.name})"
         + (f", wraps at {z.max_energy_uj / 1e6:.0f} J" if z.max_energy_uj else "")
-        + ("" if z.device in read else ": unreadable")
+        + fault_note(fault, z.device)
         for z in zones
     ]
     items += [f"left out: {d}, the same counter as its MSR zone" for d in duplicates]
-    summary = ", ".join(f"{r.zone} ({r.device})" for r in readings)
-    return Finding.works(f"{len(readings)} zones: {summary}", items)
+    summary = ", ".join(f"{r.zone} ({r.device})" for r in good)
+    return Finding.works(f"{len(good)} zones: {summary}", items)
 
 
 SPEC = SourceSpec(

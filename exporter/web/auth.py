@@ -5,8 +5,10 @@ exporter-toolkit, a successful check is cached; unlike it, the cache key is an H
 random per-process key) of the user, the hash and the password, so the cache never holds a
 password or a fast unsalted hash of one. Failures are not cached: a guesser pays a full bcrypt
 per guess, and bcrypt runs one at a time so a flood of guesses burns at most one core.
-An unknown user is checked against a dummy hash of the same cost, so timing does not tell
-which user names exist.
+Every check that is not a cache hit costs at least one bcrypt at the highest cost in the file:
+an unknown user is checked against a dummy hash of that cost, and a user whose own hash is
+cheaper is checked against it too. So the response time tells neither which user names exist
+nor which users have a cheap hash (within 1.5x: t(cost) + t(max) against t(max)).
 """
 
 from __future__ import annotations
@@ -41,10 +43,15 @@ def parse_basic(header: str | None) -> tuple[str, bytes] | None:
         return None
 
 
+def _cost(hashed: bytes) -> int:
+    """The cost of a $2b$NN$... hash (config.py has checked the format)."""
+    return int(hashed[4:6])
+
+
 class BasicAuth:
     def __init__(self, users: tuple[tuple[str, str], ...]) -> None:
         self._users = {user: hashed.encode() for user, hashed in users}
-        self._cost = max((int(h[4:6]) for _, h in users), default=10)
+        self._cost = max((_cost(h.encode()) for _, h in users), default=10)
         self._key = os.urandom(32)
         self._cache: OrderedDict[bytes, None] = OrderedDict()
         self._cache_lock = threading.Lock()
@@ -70,7 +77,10 @@ class BasicAuth:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return True
-        if not self._bcrypt(password, hashed):
+        ok = self._bcrypt(password, hashed)
+        if _cost(hashed) < self._cost:
+            self._bcrypt(password, None)  # pad a cheap hash to the highest cost's time
+        if not ok:
             return False
         with self._cache_lock:
             self._cache[key] = None

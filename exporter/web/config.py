@@ -22,6 +22,10 @@ from typing import Any
 import yaml
 
 MAX_FILE_BYTES = 1 << 20  # a web config is a few hundred bytes; refuse to parse a huge one
+# The deepest valid file nests 4 levels (tls_server_config.client_allowed_sans: [...]). PyYAML
+# builds nodes recursively: a file nested ~500 deep is a RecursionError, so depth is checked first
+# on the parser's event stream, which is not recursive.
+MAX_DEPTH = 16
 
 TLS_VERSIONS: dict[str, ssl.TLSVersion] = {
     "TLS10": ssl.TLSVersion.TLSv1,
@@ -161,7 +165,10 @@ _StrictLoader.add_constructor(
 def parse_web_config(text: str, base_dir: Path) -> WebConfig:
     """The WebConfig a file's text describes; relative paths are taken from base_dir."""
     try:
+        _check_depth(text)
         data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except RecursionError:  # _check_depth should make this unreachable; never a traceback
+        raise WebConfigError(f"not valid YAML: nested deeper than {MAX_DEPTH} levels") from None
     except yaml.MarkedYAMLError as exc:
         where = f" at line {exc.problem_mark.line + 1}" if exc.problem_mark else ""
         raise WebConfigError(f"not valid YAML: {exc.problem or exc.context}{where}") from None
@@ -183,6 +190,20 @@ def parse_web_config(text: str, base_dir: Path) -> WebConfig:
     headers = _headers(http.get("headers") or {})
     users = _users(top.get("basic_auth_users") or {})
     return WebConfig(tls=tls, users=users, headers=headers)
+
+
+def _check_depth(text: str) -> None:
+    depth = 0
+    for event in yaml.parse(text, Loader=_StrictLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = event.start_mark.line + 1 if event.start_mark else 0
+                raise WebConfigError(
+                    f"not valid YAML: nested deeper than {MAX_DEPTH} levels at line {line}"
+                )
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
 
 
 def read_web_config(path: Path) -> WebConfig:

@@ -7,10 +7,12 @@ TLS context and the user table when any of them differs. So a rotated certificat
 volume swapping its ..data link, cert-manager rewriting a file) or an edited user list applies
 to the next connection, with no restart and no scrape paying for a parse.
 
-A file that turns bad while running fails closed, as in exporter-toolkit: new TLS handshakes
-are refused and requests answer 500 until the file is fixed, with one error logged per change.
-Serving on with the last good file would keep a removed user or a revoked CA working.
-Switching TLS on or off needs a restart (the listening socket is plain or TLS for its life).
+A file that turns bad while running is refused as Prometheus refuses a bad reload: the last good
+config keeps serving (/healthz and scrapes included) and one error per change says why, until
+the file is fixed. The cost: an edit that removes a user or a CA takes effect only once the file
+is valid again, so such edits must be checked (`wattprobe serve --web.config.file` at start, or
+the error line) rather than assumed. Switching TLS on or off needs a restart (the listening
+socket is plain or TLS for its life): such an edit is refused the same way.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ class LiveWebConfig:
     def __init__(self, path: Path, initial: WebState) -> None:
         self.path = path
         self.tls = initial.context is not None
-        self._state: WebState | WebConfigError = initial
+        self._state = initial
         self._files = initial.config.files()
         self._stamp = self._fingerprint()
         self._lock = threading.Lock()
@@ -69,8 +71,8 @@ class LiveWebConfig:
     def _fingerprint(self) -> Stamp:
         return tuple(_stat(p) for p in (self.path, *self._files))
 
-    def current(self) -> WebState | WebConfigError:
-        """The state to serve this connection or request with, or why none can be served."""
+    def current(self) -> WebState:
+        """The state to serve this connection or request with: the last good one."""
         if self._fingerprint() == self._stamp:
             return self._state
         with self._lock:
@@ -81,18 +83,29 @@ class LiveWebConfig:
 
     def _reload(self, stamp: Stamp) -> None:
         # The stamp is taken before reading, so a change made during the read is seen next time.
-        # If the new file names other certificates, the stamp (over the old names) differs from
-        # the next fingerprint, which costs one more reload and is then stable.
+        # If the new file names other certificates, the stamp is retaken over the new names, so
+        # the outcome is logged once per change, never per connection.
+        files = self._files
         try:
             config = read_web_config(self.path)
             self._files = config.files()
             context = build_context(config.tls) if config.tls is not None else None
             if (context is not None) != self.tls:
                 raise WebConfigError("TLS cannot be switched on or off while running; restart")
-            state: WebState | WebConfigError = WebState(config, context, BasicAuth(config.users))
+            self._state = WebState(config, context, BasicAuth(config.users))
             log.info("web config %s reloaded", self.path)
         except WebConfigError as exc:
-            log.error("web config %s unusable, refusing requests until fixed: %s", self.path, exc)
-            state = exc
-        self._state = state
-        self._stamp = stamp
+            log.error("web config %s unusable, still serving the previous one: %s", self.path, exc)
+        except Exception as exc:  # a bug in parsing must not drop every connection
+            log.error(
+                "web config %s unusable, still serving the previous one: %s: %s",
+                self.path,
+                type(exc).__name__,
+                " ".join(str(exc).split())[:200],
+            )
+        self._stamp = stamp if self._files == files else self._fingerprint()
+
+    def reload(self) -> None:
+        """Re-read the file now (SIGHUP), whether or not it looks changed; logs the outcome."""
+        with self._lock:
+            self._reload(self._fingerprint())

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from exporter.gpu.readings import GpuReading
 from exporter.snapshot import GpuAllocation
+from exporter.sources.files import parse_uint
 
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 
@@ -70,8 +71,11 @@ def device_minors(procfs: Path) -> dict[str, int]:
             continue
         for line in text.splitlines():
             key, _, value = line.partition(":")
-            if key.strip() == "Device Minor" and value.strip().isdigit():
-                out[_bus_id(entry.name)] = int(value.strip())
+            if key.strip() == "Device Minor":
+                try:
+                    out[_bus_id(entry.name)] = parse_uint(value.strip())
+                except ValueError:
+                    continue  # garbage or a number longer than the driver writes
     return out
 
 

@@ -132,7 +132,7 @@ def test_everything_present(host: FixtureHost, h100: Scenario, fake_nvml_dir: Pa
     hwmon = result.source("hwmon")
     assert hwmon["items"] == [
         "power_meter_power1 (ACPI000D:00, power reading)",
-        "amdgpu_ppt (0000:03:00.0, power reading)",
+        "amdgpu_ppt (0000:03:00.0, power reading), at most 203 W",  # its power1_cap
         "i915_energy1 (0000:00:02.0, energy counter)",
     ]
     assert result.source("estimate")["found"].startswith("standby: measured power is available")
@@ -178,6 +178,19 @@ def test_no_rapl_hint_depends_on_vm_or_bare_metal(host: FixtureHost, flags: str,
     result = check(*host.args(), env=NO_NVML)
     assert result.source("rapl")["status"] == "absent"
     assert result.source("rapl")["fix"] == fix
+
+
+def test_a_faulted_zone_and_sensor_are_named_with_their_fault(host: FixtureHost) -> None:
+    (host.rapl_dir("intel-rapl:0:0") / "energy_uj").write_text("9" * 400 + "\n")
+    host.hwmon_file("hwmon2", "power1_input").write_text("junk\n")
+    result = check(*host.args(), env=NO_NVML)
+    rapl = result.source("rapl")
+    assert rapl["status"] == "ok" and rapl["found"].startswith("5 zones: package (intel-rapl:0)")
+    assert "core intel-rapl:0:0 (core), wraps at 262143 J: out of range" in rapl["items"]
+    assert "dram intel-rapl:0:1 (dram), wraps at 65713 J" in rapl["items"]
+    hwmon = result.source("hwmon")
+    assert hwmon["found"].startswith("2 sensors: power_meter_power1")
+    assert "amdgpu_ppt (0000:03:00.0, power reading), at most 203 W: garbage" in hwmon["items"]
 
 
 def test_no_sysfs_is_a_failure_with_the_mount_to_fix(host: FixtureHost) -> None:
