@@ -81,7 +81,9 @@ def activity_source(
 def build_monitor(config: Config, progress: Progress | None = None) -> Monitor:
     """progress: where slow start-up work (compiling the eBPF programs) reports what it waits
     for; None: plain log lines."""
-    procfs = ProcfsSource(config.procfs, namespace_root(config.cgroup_root))
+    procfs = ProcfsSource(
+        config.procfs, namespace_root(config.cgroup_root), cgroupfs=config.cgroup_root
+    )
     model = None
     if config.enabled("estimate"):
         model = partial(
