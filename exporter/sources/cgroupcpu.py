@@ -15,6 +15,8 @@ are the whole machine's, interrupts included.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from exporter.sources.files import parse_uint
@@ -91,12 +93,17 @@ class CgroupCpuFiles:
             return (V1, v1_path)
         return None
 
-    def usage_ns(self, where: Location) -> int:
-        """The cgroup's CPU time so far. Raises OSError (gone, unreadable) or ValueError."""
+    def reader(self, where: Location) -> Callable[[], int]:
+        """A function that reads the cgroup's CPU time so far, in ns (once per interval per
+        cgroup: the path is joined once). It raises OSError (gone, unreadable) or ValueError."""
         kind, path = where
         if kind == V2:
-            return parse_cpu_stat(_read(f"{self._v2}{path}/cpu.stat"))
-        return parse_cpuacct_usage(_read(f"{self._v1}{path}/cpuacct.usage"))
+            return partial(_usage, f"{self._v2}{path}/cpu.stat", parse_cpu_stat)
+        return partial(_usage, f"{self._v1}{path}/cpuacct.usage", parse_cpuacct_usage)
+
+    def usage_ns(self, where: Location) -> int:
+        """The cgroup's CPU time so far. Raises OSError (gone, unreadable) or ValueError."""
+        return self.reader(where)()
 
 
 def _v1_dir(cgroup_root: Path) -> str | None:
@@ -106,10 +113,10 @@ def _v1_dir(cgroup_root: Path) -> str | None:
     return None
 
 
-def _read(path: str) -> str:
+def _usage(path: str, parse: Callable[[str], int]) -> int:
     fd = os.open(path, _FLAGS)
     try:
         data = os.read(fd, _MAX_BYTES)
     finally:
         os.close(fd)
-    return data.decode("ascii", "replace")
+    return parse(data.decode("ascii", "replace"))

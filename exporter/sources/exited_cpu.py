@@ -35,7 +35,6 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from exporter.readings import TaskKey, TaskSample
@@ -59,44 +58,47 @@ class UsageFiles(Protocol):
 
     def locate(self, cgroup_text: str) -> Location | None: ...
 
-    def usage_ns(self, where: Location) -> int: ...
+    def reader(self, where: Location) -> Callable[[], int]: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Ledger:
-    """One cgroup's unreported time: raw carries debts, level only rises."""
+def settle(raw: float, level: float, kernel_s: float, credited_s: float) -> tuple[float, float]:
+    """One cgroup's unreported time after one more interval: raw carries debts, level only
+    rises. The kernel counted kernel_s, the live processes were credited credited_s.
 
-    raw: float = 0.0
-    level: float = 0.0
-
-
-def settle(ledger: Ledger, kernel_s: float, credited_s: float) -> tuple[Ledger, float]:
-    """Add one interval: the kernel counted kernel_s, live processes were credited credited_s.
-
-    Returns the new ledger and what to report more (>= 0).
+    Returns (raw, level); level minus the old level is what to report more.
     """
-    raw = ledger.raw + kernel_s - credited_s
-    if raw > ledger.level:
-        return Ledger(raw, raw), raw - ledger.level
-    return Ledger(raw, ledger.level), 0.0
+    raw += kernel_s - credited_s
+    return raw, raw if raw > level else level
 
 
 class _Cgroup:
-    __slots__ = ("bucket", "counts", "delta_ns", "last_live", "ledger", "new", "own_ns", "usage_ns")
+    __slots__ = (
+        "bucket",
+        "counts",
+        "delta_ns",
+        "last_live",
+        "level",
+        "new",
+        "own_ns",
+        "raw",
+        "read",
+        "usage_ns",
+    )
 
-    def __init__(self, bucket: ContainerRef, new: bool, scan: int) -> None:
+    def __init__(self, bucket: ContainerRef, read: Callable[[], int], new: bool, scan: int) -> None:
         self.bucket = bucket
+        self.read = read  # its total, in ns
         self.new = new  # first seen at this scan, after the first: its whole total may count
         self.last_live = scan
         self.usage_ns: int | None = None  # at the last read that worked
-        self.ledger = Ledger()
+        self.raw = self.level = 0.0  # seconds (settle)
         self.counts = False  # this scan's read worked and is not a baseline
         self.delta_ns = 0  # growth of the total this scan
         self.own_ns = 0  # ... less that of the tracked cgroups below it
 
 
 class _Bucket:
-    __slots__ = ("active", "base", "cgroup", "key", "quiet", "reported", "total")
+    __slots__ = ("active", "base", "cgroup", "key", "quiet", "reported", "sample", "total")
 
     def __init__(self, key: TaskKey, cgroup: str) -> None:
         self.key = key
@@ -106,6 +108,7 @@ class _Bucket:
         self.base = 0.0  # reported relative to this (see update)
         self.active = False
         self.quiet = 0
+        self.sample: TaskSample | None = None  # the last one reported, reused while unchanged
 
 
 class ExitedCpu:
@@ -144,9 +147,13 @@ class ExitedCpu:
         for where, cg in self._cgroups.items():
             if not cg.counts:
                 continue
-            cg.ledger, more = settle(cg.ledger, cg.own_ns / 1e9, credited.get(where, 0.0))
-            if more > 0:
-                self._bucket(cg.bucket, where[1]).total += more
+            own_s, credited_s = cg.own_ns / 1e9, credited.get(where, 0.0)
+            if not own_s and not credited_s:
+                continue
+            level = cg.level
+            cg.raw, cg.level = settle(cg.raw, level, own_s, credited_s)
+            if cg.level > level:
+                self._bucket(cg.bucket, where[1]).total += cg.level - level
         return self._report()
 
     # -- what the live processes were credited --------------------------------------------------
@@ -180,7 +187,8 @@ class ExitedCpu:
         for loc in credited:
             cg = cgroups.get(loc)
             if cg is None:
-                cgroups[loc] = _Cgroup(classify_cgroup(loc[1]), self._scans > 1, scan)
+                read = self._files.reader(loc)
+                cgroups[loc] = _Cgroup(classify_cgroup(loc[1]), read, self._scans > 1, scan)
                 self._parents_stale = True
             else:
                 cg.last_live = scan
@@ -201,12 +209,15 @@ class ExitedCpu:
                 continue
             new, cg.new = cg.new, False
             try:
-                ns = self._files.usage_ns(where)
+                ns = cg.read()
                 self.reads += 1
             except (OSError, ValueError) as exc:
                 log.debug("cgroup CPU time of %s %s: %s", where[0], where[1], short_error(exc))
                 if not live:
                     self._drop(where)  # removed with (or after) its last process
+                # what its live processes were credited is a debt that the next read's
+                # growth covers
+                cg.counts = cg.usage_ns is not None
                 continue
             before = cg.usage_ns
             cg.usage_ns = ns
@@ -270,8 +281,8 @@ class ExitedCpu:
                 b.active = False
                 self._active.discard(ref)
                 continue
-            out.append(
-                TaskSample(
+            if changed or b.sample is None:
+                b.sample = TaskSample(
                     key=b.key,
                     pid=0,
                     comm=EXITED_COMM,
@@ -279,7 +290,7 @@ class ExitedCpu:
                     kernel_thread=False,
                     cpu_seconds=b.total - b.base,
                 )
-            )
+            out.append(b.sample)
         return out
 
 
