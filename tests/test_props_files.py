@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from hypothesis import example, given
@@ -58,7 +59,9 @@ def test_anything_else_is_refused(text: str) -> None:
 @example(4301, "9")  # past int()'s default digit limit (a ValueError of another kind)
 def test_long_numbers_are_out_of_range_not_exceptions(length: int, lead: str) -> None:
     text = lead + "9" * (length - 1)
-    for read in (lambda: read_int(_write(text + "\n")), lambda: parse_uint(text)):
+    path = _write(text + "\n")
+    readers: list[Callable[[], int]] = [lambda: read_int(path), lambda: parse_uint(text)]
+    for read in readers:
         try:
             read()
         except ValueError as exc:  # no OverflowError, no other exception
