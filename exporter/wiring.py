@@ -110,7 +110,9 @@ class Closeable(Protocol):
 def build(config: Config, progress: Progress | None = None) -> Parts:
     """progress: where slow start-up work (compiling the eBPF programs) reports what it waits
     for; None: plain log lines. Starts no thread."""
-    procfs = ProcfsSource(config.procfs, namespace_root(config.cgroup_root))
+    procfs = ProcfsSource(
+        config.procfs, namespace_root(config.cgroup_root), cgroupfs=config.cgroup_root
+    )
     model = None
     if REGISTRY.enabled(config, ESTIMATE.name):
         model = partial(

@@ -13,6 +13,8 @@ from exporter.cgroupfs.classify import classify_task
 from exporter.cgroupfs.ns import HOST_ROOT, namespace_root
 from exporter.config import Config
 from exporter.readings import CpuTimes, SourceError, TaskSample
+from exporter.sources.cgroupcpu import CgroupCpuFiles
+from exporter.sources.exited_cpu import ExitedCpu
 from exporter.sources.files import MAX_DIGITS
 from exporter.sources.files import short_error as _short
 from exporter.sources.procscan import RECHECK_EVERY, ProcScanner
@@ -91,7 +93,8 @@ def parse_cpu_times(text: str) -> CpuTimes:
 
 
 class ProcfsSource:
-    """Reads every process's CPU time through a configurable /proc root."""
+    """Reads every process's CPU time through a configurable /proc root and, given the cgroup
+    root, completes each container's CPU time from its cgroup's total (exited_cpu.py)."""
 
     name = "procfs"
 
@@ -100,6 +103,7 @@ class ProcfsSource:
         procfs: Path,
         cgroup_namespace_root: str = HOST_ROOT,
         recheck_every: int = RECHECK_EVERY,
+        cgroupfs: Path | None = None,
     ) -> None:
         self.procfs = procfs
         self._root = str(procfs)
@@ -111,6 +115,16 @@ class ProcfsSource:
             recheck_every=recheck_every,
             cgroup_namespace_root=cgroup_namespace_root,
         )
+        self._exited: ExitedCpu | None = None
+        if cgroupfs is not None:
+            files = CgroupCpuFiles(cgroupfs, cgroup_namespace_root)
+            if files.available:
+                self._exited = ExitedCpu(files)
+            else:
+                log.info(
+                    "no cgroup CPU totals under %s: /proc activity counts live processes only",
+                    cgroupfs,
+                )
 
     def cpu_times(self) -> CpuTimes:
         try:
@@ -120,12 +134,18 @@ class ProcfsSource:
             raise SourceError("read error", f"{self._root}/stat: {_short(exc)}") from exc
 
     def tasks(self) -> list[TaskSample]:
-        """One sample per live process. Processes that exit while being read are skipped.
+        """One sample per live process, and one "[exited]" pseudo task per container whose cgroup
+        total grew beyond what its live processes show. Processes that exit while being read
+        are skipped.
 
         Incremental (exporter/sources/procscan.py): unchanged processes are not parsed again and
         cgroup files are read for new and exec'd processes, and rechecked every few intervals.
+        The cgroup totals cost one read per cgroup that holds a live process.
         """
-        return self._scanner.scan()
+        samples = self._scanner.scan()
+        if self._exited is not None:
+            samples += self._exited.update(samples)
+        return samples
 
 
 # -- wattprobe check -------------------------------------------------------------------------

@@ -18,7 +18,9 @@ What is in it (every file in the kernel's own format, as in tests/fixtures):
   classes in turn (guaranteed, burstable, besteffort).
 - sys/: the checked-in RAPL (two packages with core and dram subzones, an MMIO duplicate) and
   hwmon (ACPI power meter, a GPU board sensor, an energy counter) fixture, and
-  sys/fs/cgroup with a directory and cgroup.procs for every v2 container cgroup.
+  sys/fs/cgroup with a directory, cgroup.procs and cpu.stat for every v2 cgroup of a process,
+  and sys/fs/cgroup/cpu,cpuacct/<path>/cpuacct.usage for the cgroup v1 pods: the kernel's CPU
+  time per cgroup, which also counts the work of processes that exited.
 - nvml.scenario: the 8 x H100 fixture scenario with one GPU pod per GPU (GPU 0 time-sliced
   between two pods), for the fake libnvidia-ml.so.1 (tests/nvml).
 """
@@ -42,6 +44,8 @@ NVML_FIXTURE = FIXTURES / "nvml" / "h100x8-timesliced.nvml"
 USER_FLAGS = 0x400100  # PF_RANDOMIZE | PF_FORKNOEXEC, as a normal process shows
 KTHREAD_FLAGS = 0x208040  # PF_KTHREAD | PF_NOFREEZE | PF_NOFREEZE-like bits, as kthreadd shows
 TICKS_PER_S = 100  # USER_HZ
+NS_PER_TICK = 1_000_000_000 // TICKS_PER_S
+V1_CPUACCT = "cpu,cpuacct"  # the v1 hierarchy's directory under sys/fs/cgroup
 
 QOS = ("guaranteed", "burstable", "besteffort")
 LAYOUTS = ("systemd-containerd", "systemd-crio", "systemd-docker", "cgroupfs-v1-containerd")
@@ -111,6 +115,16 @@ class Cgroup:
 
     text: str
     v2_dir: str  # relative to the cgroup v2 root; "" for v1 layouts and the root
+    v1_dir: str = ""  # relative to the cpu,cpuacct v1 hierarchy; "" for v2 layouts
+
+    @property
+    def usage_file(self) -> str:
+        """The kernel's CPU time file of this cgroup, relative to sys/fs/cgroup ("": none)."""
+        if self.v2_dir:
+            return f"{self.v2_dir}/cpu.stat"
+        if self.v1_dir:
+            return f"{V1_CPUACCT}/{self.v1_dir}/cpuacct.usage"
+        return ""
 
 
 @dataclass
@@ -139,6 +153,8 @@ class SyntheticHost:
         self._rng = random.Random(shape.seed)
         self._apps: frozenset[Cgroup] = frozenset()
         self._scenario: Scenario | None = None
+        self.usage_ns: dict[Cgroup, int] = {}  # the kernel's CPU time per cgroup
+        self._exited: set[Cgroup] = set()  # cgroups of the processes that exited last interval
 
     # -- layout ---------------------------------------------------------------------------------
 
@@ -209,6 +225,13 @@ class SyntheticHost:
             chosen.append(firsts[self.container_cgroups[shape.gpus * per_pod]])
         self.gpu_pids = chosen
         self._write_cgroup_procs()
+        for p in self.processes.values():
+            if not p.kernel:
+                self._charge(p.cgroup, (p.utime + p.stime) * NS_PER_TICK)
+        self._write_usage(set(self.usage_ns))
+        # the v1 hierarchy's root: where a reader tells that the cpuacct controller is mounted
+        (self.cgroupfs / V1_CPUACCT).mkdir(parents=True, exist_ok=True)
+        write_atomic(self.cgroupfs / V1_CPUACCT / "cpuacct.usage", f"{10**15}\n")
 
     def _pod_cgroups(self, i: int) -> tuple[Cgroup, list[Cgroup]]:
         layout = LAYOUTS[i % len(LAYOUTS)]
@@ -284,6 +307,7 @@ class SyntheticHost:
         # the processes that ran share what the node's CPUs had: `utilisation` of it on average
         mean = max(2, round(capacity * shape.utilisation / len(ran)))
         busy_ticks = 0
+        charged: set[Cgroup] = set()
         for p in ran:
             du = rng.randrange(1, 2 * mean)
             ds = du // 5
@@ -293,6 +317,10 @@ class SyntheticHost:
             p.stime += ds
             busy_ticks += du + ds
             self._write_stat(p)
+            if not p.kernel:
+                self._charge(p.cgroup, (du + ds) * NS_PER_TICK + rng.randrange(NS_PER_TICK))
+                charged.add(p.cgroup)
+        self._write_usage(charged | self._exited)
         self.fixture.add_cpu_ticks(busy=busy_ticks, idle=max(capacity - busy_ticks, 0))
         fixture = self.fixture
         for device, watts in (
@@ -322,10 +350,14 @@ class SyntheticHost:
             if not p.kernel and p.pid not in gpu and p.cgroup in self._apps
         ]
         changed: set[str] = set()
+        self._exited = set()
         for pid in self._rng.sample(candidates, k=min(count, len(candidates))):
             p = self.processes.pop(pid)
             shutil.rmtree(self.procfs / str(pid))
             changed.add(p.cgroup.v2_dir)
+            # what it ran between the last read and its exit: only its cgroup's total shows it
+            self._charge(p.cgroup, self._rng.randrange(1, 50) * NS_PER_TICK)
+            self._exited.add(p.cgroup)
         for _ in range(count):
             cg = self._rng.choice(self.container_cgroups)
             p = self._add(cg, self._rng.choice(APP_COMMS), kernel=False)
@@ -334,6 +366,26 @@ class SyntheticHost:
             self._write_stat(p)
             changed.add(cg.v2_dir)
         self._rewrite_procs(changed)
+
+    def _charge(self, cgroup: Cgroup, ns: int) -> None:
+        if cgroup.usage_file:
+            self.usage_ns[cgroup] = self.usage_ns.get(cgroup, 0) + ns
+
+    def _write_usage(self, cgroups: set[Cgroup]) -> None:
+        """cpu.stat (v2, microseconds) or cpuacct.usage (v1, nanoseconds), as the kernel writes."""
+        for cg in cgroups:
+            ns = self.usage_ns.get(cg)
+            if ns is None:
+                continue
+            path = self.cgroupfs / cg.usage_file
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if cg.v2_dir:
+                us = ns // 1000
+                text = f"usage_usec {us}\nuser_usec {us * 4 // 5}\nsystem_usec {us // 5}\n"
+                text += "nice_usec 0\ncore_sched.force_idle_usec 0\n"
+            else:
+                text = f"{ns}\n"
+            write_atomic(path, text)
 
     def _rewrite_procs(self, dirs: set[str]) -> None:
         members: dict[str, list[int]] = {d: [] for d in dirs if d}
@@ -413,7 +465,7 @@ def _container_cgroup(layout: str, qos: str, uid: str, cid: str) -> Cgroup:
         parent = "/kubepods" if qos == "guaranteed" else f"/kubepods/{qos}"
         path = f"{parent}/pod{uid}/{cid}"
         lines = [f"{13 - n}:{c}:{path}" for n, c in enumerate(V1_CONTROLLERS)]
-        return Cgroup("\n".join([*lines, "0::/"]) + "\n", "")
+        return Cgroup("\n".join([*lines, "0::/"]) + "\n", "", path.lstrip("/"))
     scope = {
         "systemd-containerd": f"cri-containerd-{cid}.scope",
         "systemd-crio": f"crio-{cid}.scope",
