@@ -10,6 +10,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from exporter.kernelnum import MAX_DIGITS, OutOfRange
 from exporter.readings import TaskKey, TaskSample
 from exporter.sources.cgroupcpu import (
     V1,
@@ -19,7 +20,6 @@ from exporter.sources.cgroupcpu import (
     parse_cpuacct_usage,
 )
 from exporter.sources.exited_cpu import ExitedCpu, settle
-from exporter.sources.files import MAX_DIGITS, OutOfRange
 from tests.props import PROPERTY
 from tests.test_exited_cpu import A, B, Clock, Files
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from exporter.sources.files import MAX_DIGITS, fault_for, parse_uint, read_int, reason_for
+from exporter.kernelnum import MAX_DIGITS, parse_uint
+from exporter.sources.files import fault_for, read_int, reason_for
 from tests.props import PROPERTY
 
 _DIR = Path(tempfile.mkdtemp(prefix="wattprobe-props-"))

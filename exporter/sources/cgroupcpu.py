@@ -22,7 +22,7 @@ from pathlib import Path
 from exporter.cgroupfs.classify import classify_cgroup
 from exporter.cgroupfs.ids import find_v2_root
 from exporter.cgroupfs.ns import HOST_ROOT
-from exporter.sources.files import parse_uint
+from exporter.kernelnum import parse_uint
 
 V2 = "v2"
 V1 = "v1"

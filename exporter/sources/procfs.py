@@ -12,10 +12,10 @@ from pathlib import Path
 from exporter.cgroupfs.classify import classify_task
 from exporter.cgroupfs.ns import HOST_ROOT, namespace_root
 from exporter.config import Config
+from exporter.kernelnum import MAX_DIGITS
 from exporter.readings import CpuTimes, SourceError, TaskSample
 from exporter.sources.cgroupcpu import CgroupCpuFiles
 from exporter.sources.exited_cpu import ExitedCpu
-from exporter.sources.files import MAX_DIGITS
 from exporter.sources.files import short_error as _short
 from exporter.sources.procscan import RECHECK_EVERY, ProcScanner
 from exporter.sourcespec import ACTIVITY, MOUNT_PROCFS, CheckResult, Finding, SourceSpec

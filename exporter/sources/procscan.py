@@ -24,8 +24,9 @@ from dataclasses import replace
 from typing import Protocol
 
 from exporter.cgroupfs.ns import HOST_ROOT, to_host_file
+from exporter.kernelnum import MAX_DIGITS
 from exporter.readings import SourceError, TaskSample
-from exporter.sources.files import MAX_DIGITS, short_error
+from exporter.sources.files import short_error
 
 log = logging.getLogger(__name__)
 

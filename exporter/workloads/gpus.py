@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from exporter.gpu.readings import GpuReading
+from exporter.kernelnum import parse_uint
 from exporter.snapshot import GpuAllocation
-from exporter.sources.files import parse_uint
 
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 
