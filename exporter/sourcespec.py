@@ -172,3 +172,10 @@ def fault_note(fault: Mapping[K, str], key: K) -> str:
     if key not in fault:
         return ": unreadable"
     return f": {fault[key]}" if fault[key] else ""
+
+
+def zones_found(readings: Sequence[EnergyReading], items: list[str], noun: str) -> Finding:
+    """A power source's check entry: the domains that read (faulted ones are only in items)."""
+    good = [r for r in readings if not r.fault]
+    summary = ", ".join(f"{r.zone} ({r.device})" for r in good)
+    return Finding.works(f"{len(good)} {noun}: {summary}", items)

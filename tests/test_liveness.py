@@ -523,7 +523,7 @@ def test_recording_rules_produce_series(stack: LiveStack) -> None:
 # What the live fleet's faults must fire (tests/livestack.py, tests/livegpus.py,
 # tests/livekube.py), as (alertname, node, severity, the labels that say which GPU, XID,
 # instance or source): no more, no fewer.
-WHICH = ("gpu", "gpu_instance", "xid", "source", "reason")
+WHICH = ("gpu", "gpu_instance", "xid", "source", "reason", "device")
 AlertKey = tuple[str, str, str, tuple[tuple[str, str], ...]]
 
 
@@ -560,6 +560,8 @@ EXPECTED_FIRING: set[AlertKey] = {
         "critical",
         (("gpu", "0"), ("gpu_instance", "13")),
     ),
+    # GPU 5 fell off the bus: its reading is unreadable (device_up 0) while NVML itself works
+    ("WattprobeDeviceDown", "gpu", "warning", (("source", "nvml"), ("device", "5"))),
     # GPU 4 only: GPUs 6 and 7 are as idle but held by nobody, the MIG GPU reports no utilization
     ("WattprobeGpuIdleWhileAllocated", "gpu", "info", (("gpu", str(IDLE_GPU)),)),
 }

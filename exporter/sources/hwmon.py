@@ -27,6 +27,7 @@ from exporter.sourcespec import (
     SourceSpec,
     fault_note,
     missing_sysfs_class,
+    zones_found,
 )
 
 log = logging.getLogger(__name__)
@@ -206,15 +207,13 @@ def probe(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
     except SourceError as exc:
         return Finding.failed(exc, FIXES.get(exc.reason, FIX_HWMON_DRIVER))
     fault = {(r.zone, r.device): r.fault for r in readings}
-    good = [r for r in readings if not r.fault]
     items = [
         f"{s.zone} ({s.device}, {s.kind} {'counter' if s.kind == 'energy' else 'reading'})"
         + (f", at most {s.max_power_w:g} W" if s.max_power_w is not None else "")
         + fault_note(fault, (s.zone, s.device))
         for s in discover_sensors(source.hwmon_class)
     ]
-    summary = ", ".join(f"{r.zone} ({r.device})" for r in good)
-    return Finding.works(f"{len(good)} sensors: {summary}", items)
+    return zones_found(readings, items, "sensors")
 
 
 SPEC = SourceSpec(

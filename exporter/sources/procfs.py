@@ -121,7 +121,8 @@ class ProcfsSource:
             if files.available:
                 self._exited = ExitedCpu(files)
             else:
-                log.info(
+                # debug: built whatever the activity source; `wattprobe check` is where to look
+                log.debug(
                     "no cgroup CPU totals under %s: /proc activity counts live processes only",
                     cgroupfs,
                 )

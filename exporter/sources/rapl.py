@@ -24,6 +24,7 @@ from exporter.sourcespec import (
     SourceSpec,
     fault_note,
     missing_sysfs_class,
+    zones_found,
 )
 
 log = logging.getLogger(__name__)
@@ -192,7 +193,6 @@ def probe(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
     zones, duplicates = discover_zones(source.powercap)
     # a zone that failed is a reading with a fault; one not read at all vanished meanwhile
     fault = {r.device: r.fault for r in readings}
-    good = [r for r in readings if not r.fault]
     items = [
         f"{z.zone} {z.device} ({z.name})"
         + (f", wraps at {z.max_energy_uj / 1e6:.0f} J" if z.max_energy_uj else "")
@@ -200,8 +200,7 @@ def probe(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
         for z in zones
     ]
     items += [f"left out: {d}, the same counter as its MSR zone" for d in duplicates]
-    summary = ", ".join(f"{r.zone} ({r.device})" for r in good)
-    return Finding.works(f"{len(good)} zones: {summary}", items)
+    return zones_found(readings, items, "zones")
 
 
 SPEC = SourceSpec(
