@@ -304,8 +304,8 @@ def lacks(card: DrmCard, gpu: GpuReading, fdinfo_clients: bool) -> list[str]:
         missing.append("no hwmon: no power (an integrated GPU is part of the CPU package)")
     elif not files.power and not files.energy:
         missing.append("hwmon without power or energy")
-    if gpu.utilization_ratio is None:
-        missing.append("no utilization")
+    if not os.path.exists(f"{card.device}/gpu_busy_percent") and not fdinfo_clients:
+        missing.append("no utilization (no gpu_busy_percent, no fdinfo engine time)")
     if not fdinfo_clients:
         missing.append(
             "no DRM client in fdinfo (no process uses it, or a kernel without drm-usage-stats): "

@@ -172,9 +172,7 @@ def busy_ratio(usages: Iterable[ClientUsage], dt_ns: float) -> float | None:
     cycles: dict[str, int] = {}
     total: dict[str, int] = {}
     capacity: dict[str, int] = {}
-    any_client = False
     for u in usages:
-        any_client = True
         for e, v in u.engine_ns.items():
             ns[e] = ns.get(e, 0) + v
         for e, v in u.cycles.items():
@@ -186,6 +184,6 @@ def busy_ratio(usages: Iterable[ClientUsage], dt_ns: float) -> float | None:
     ratios = [cycles.get(e, 0) / (t * capacity.get(e, 1)) for e, t in total.items() if t > 0] or [
         v / (dt_ns * capacity.get(e, 1)) for e, v in ns.items() if dt_ns > 0
     ]
-    if not ratios:
-        return 0.0 if any_client or dt_ns > 0 else None
+    if not ratios:  # nobody busy: idle, unless this is the first read (no interval yet)
+        return 0.0 if dt_ns > 0 else None
     return min(1.0, max(ratios))
