@@ -136,7 +136,7 @@ def test_fdinfo_formats() -> None:
 
 _LINE = st.text(
     st.characters(
-        blacklist_categories=("Cs",),
+        blacklist_categories=["Cs"],
         blacklist_characters="\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029",
     ),
     max_size=40,

@@ -10,6 +10,7 @@ import pytest
 
 from exporter.gpu.backend import GpuBackend
 from exporter.monitor import Monitor, MonitorSettings
+from exporter.readings import SourceAbsent
 from exporter.snapshot import Snapshot
 from exporter.sources.drm import DrmSource
 from tests.drmhost import ARC, PID_A, PID_ARC, PID_B, RDNA3, amdgpu_fdinfo, write_fd, xe_fdinfo
@@ -54,7 +55,9 @@ def step(m: Monitor, clock: Clock) -> Snapshot:
     return snap
 
 
-def use_gpus(proc: Path, a_ns: int, b_ns: int, a_cycles: int, arc_cycles: int, total: int) -> None:
+def use_gpus(
+    proc: Path, a_ns: int, b_ns: int, *, a_cycles: int, arc_cycles: int, total: int
+) -> None:
     a = amdgpu_fdinfo(RDNA3.pci, 18, gfx_ns=a_ns)
     for pid, fd in ((PID_A, 5), (PID_A, 6), (4103, 9)):
         write_fd(proc, pid, fd, RDNA3.dev_node, a)
@@ -75,7 +78,9 @@ def test_two_pods_3_to_1_engine_time_split_active_energy_3_to_1(tree: Path) -> N
     m = monitor(clock, drm, pods=(AMD_POD_A, AMD_POD_B, ARC_POD))
     step(m, clock)
     # 1 s: pod A 0.6 s of gfx, pod B 0.2 s; on the Arc, pod A 3000 cycles, the other 1000
-    use_gpus(tree / "proc", 3_600_000_000, 1_200_000_000, 6000, 2000, 20_000)
+    use_gpus(
+        tree / "proc", 3_600_000_000, 1_200_000_000, a_cycles=6000, arc_cycles=2000, total=20_000
+    )
     counter = energy_uj(tree)
     counter.write_text(f"{int(counter.read_text()) + 50_000_000}\n")  # +50 J
     snap = step(m, clock)
@@ -113,7 +118,9 @@ def test_nvidia_and_amd_gpus_on_one_node_both_attributed(tree: Path) -> None:
     drm = DrmSource(tree / "sys", tree / "proc", clock=clock)
     m = monitor(clock, nvml, drm, pods=(AMD_POD_A, AMD_POD_B, POD_C))
     first = step(m, clock)
-    use_gpus(tree / "proc", 3_600_000_000, 1_200_000_000, 6000, 2000, 20_000)
+    use_gpus(
+        tree / "proc", 3_600_000_000, 1_200_000_000, a_cycles=6000, arc_cycles=2000, total=20_000
+    )
     snap = step(m, clock)
     indexes = {g.uuid: g.index for g in snap.gpus}
     # NVML keeps index 0; the DRM GPUs follow, in card order, unchanged between intervals
@@ -158,8 +165,6 @@ def test_nvidia_and_amd_gpus_on_one_node_both_attributed(tree: Path) -> None:
 
 
 def test_nvml_absent_and_a_drm_gpu_vanishing(tree: Path) -> None:
-    from exporter.readings import SourceAbsent
-
     clock = Clock()
     nvml = ScriptedGpus([SourceAbsent("no NVIDIA driver")] * 3)
     drm = DrmSource(tree / "sys", tree / "proc", clock=clock)
