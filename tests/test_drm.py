@@ -94,7 +94,7 @@ def test_discovers_amd_and_intel_cards_not_connectors_or_render_nodes() -> None:
 
 def test_readings_from_sysfs_and_hwmon() -> None:
     gpus = by_pci(DrmSource(FIXTURE / "sys", FIXTURE / "proc").read())
-    rdna, vega, arc, igpu = gpus[RDNA3.pci], gpus[VEGA.pci], gpus[ARC.pci], gpus[IGPU.pci]
+    rdna, vega, arc = gpus[RDNA3.pci], gpus[VEGA.pci], gpus[ARC.pci]
     # RDNA3: power1_input (uW), power1_cap, the edge sensor, gpu_busy_percent, mem_info_vram_*
     assert (rdna.power_w, rdna.power_limit_w, rdna.temperature_c) == (85.0, 327.0, 45.0)
     assert (rdna.utilization_ratio, rdna.energy_mj) == (0.37, None)
@@ -107,9 +107,9 @@ def test_readings_from_sysfs_and_hwmon() -> None:
     assert (arc.energy_mj, arc.power_w, arc.power_limit_w) == (123456789, None, 190.0)
     assert arc.temperature_c == 41.0
     assert arc.utilization_ratio is None  # first read: no interval to measure engine use over
-    # the integrated GPU: no hwmon, no power of its own
-    assert (igpu.power_w, igpu.energy_mj, igpu.temperature_c) == (None, None, None)
-    assert [g.index for g in gpus.values()] == [0, 1, 2, 3]
+    # the integrated GPU: no hwmon, no power of its own, not metered (RAPL's package has it)
+    assert IGPU.pci not in gpus
+    assert [g.index for g in gpus.values()] == [0, 1, 2]
 
 
 def test_fdinfo_formats() -> None:
@@ -253,9 +253,14 @@ def test_vanished_client_and_vanished_gpu(tree: Path) -> None:
     assert err.value.reason == "vanished"
 
 
-def test_no_drm_gpu_is_absent(tmp_path: Path) -> None:
+def test_no_drm_gpu_is_absent(tmp_path: Path, tree: Path) -> None:
     with pytest.raises(SourceAbsent):
         DrmSource(tmp_path, tmp_path).read()
+    for card in ("card0", "card1", "card2"):  # an integrated GPU alone: nothing to meter
+        (tree / "sys" / "class" / "drm" / card).unlink()
+    with pytest.raises(SourceAbsent) as err:
+        DrmSource(tree / "sys", tree / "proc").read()
+    assert "card3 (i915)" in err.value.detail
 
 
 def test_incremental_scan_walks_drm_processes_new_ones_and_a_rotating_slice(tmp_path: Path) -> None:
@@ -330,13 +335,14 @@ def test_hwmon_leaves_metered_drm_gpus_to_the_drm_backend() -> None:
 def test_check_says_what_each_gpu_lacks() -> None:
     finding = probe(Config(sysfs=FIXTURE / "sys", procfs=FIXTURE / "proc"), [])
     assert finding.ok
-    assert finding.found.startswith("4 GPUs: ")
+    assert finding.found.startswith("3 GPUs: ")  # metered; the iGPU is listed below
     items = dict(item.split(" ", 1) for item in finding.items)
     assert items["card0"] == f"{RDNA3.pci} AMD GPU 0x744c (amdgpu) [amdgpu]"
     assert items["card1"] == f"{VEGA.pci} Radeon Instinct MI25 [amdgpu]"
     assert items["card2"] == f"{ARC.pci} Intel GPU 0xe20b (xe) [xe]"  # fdinfo gives utilization
-    assert items["card3"].endswith(
-        "no hwmon: no power (an integrated GPU is part of the CPU package)"
+    assert items["card3"] == (
+        f"{IGPU.pci} Intel GPU 0xa780 (i915) [i915]: no hwmon, not metered "
+        "(an integrated GPU's power is in the CPU package: RAPL)"
     )
 
 

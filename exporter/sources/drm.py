@@ -16,8 +16,9 @@ Per GPU, from the device directory:
 Per process, from /proc/<pid>/fdinfo of fds on /dev/dri: engine time (ProcessEngineTime) and
 device-local memory (GpuProcess.used_memory_bytes), clients deduplicated by drm-client-id.
 
-Integrated GPUs (no hwmon power) are listed with their utilization and processes but have no
-energy of their own: their power is part of the CPU package that RAPL measures.
+Only GPUs with a hwmon power or energy sensor are read (metered): an integrated GPU has none, its
+power is part of the CPU package that RAPL measures, and a GPU with nothing to split would only
+show as an unreadable device. `check` lists every GPU found, saying which are not metered.
 """
 
 from __future__ import annotations
@@ -198,14 +199,19 @@ class DrmSource:
         self._last: float | None = None
         self._indexes: dict[str, int] = {}  # PCI address -> index, in order of first sight
         self._seen = False
+        self._devices: frozenset[str] = frozenset()  # PCI addresses with fdinfo clients
         self.walked = 0  # processes whose fds the last read listed (benchmarks, tests)
 
     def read(self) -> GpuReadings:
-        cards = discover(self._sysfs)
+        found = discover(self._sysfs)
+        cards = [c for c in found if metered(c)]
         if not cards:
             where = self._sysfs / "class" / "drm"
             if self._seen:
                 raise SourceError("vanished", f"the AMD/Intel GPUs under {where} are gone")
+            if found:
+                names = ", ".join(f"{c.card} ({c.driver})" for c in found)
+                raise SourceAbsent(f"no power or energy sensor on the GPUs under {where}: {names}")
             raise SourceAbsent(f"no amdgpu, i915 or xe GPU under {where}")
         self._seen = True
         now = self._clock()
@@ -220,6 +226,7 @@ class DrmSource:
         else:
             self.walked = scan.walked
             usage = self._deltas.update(scan)
+            self._devices = frozenset(pdev for pdev, _client in scan.clients)
         for card in cards:
             self._indexes.setdefault(card.pci, len(self._indexes))
         gpus = tuple(self._read_card(card, usage, dt_ns) for card in cards)
@@ -232,6 +239,10 @@ class DrmSource:
 
     def close(self) -> None:
         pass
+
+    def clients_by_device(self) -> frozenset[str]:
+        """The GPUs (PCI addresses) that had DRM clients in fdinfo at the last read."""
+        return self._devices
 
     def _read_card(
         self, card: DrmCard, usage: Mapping[str, Mapping[int, ClientUsage]] | None, dt_ns: float
@@ -275,15 +286,16 @@ def _engine_time(clients: Mapping[int, ClientUsage]) -> tuple[ProcessEngineTime,
     return tuple(ProcessEngineTime(pid, float(u.busy_cycles)) for pid, u in sorted(clients.items()))
 
 
+def metered(card: DrmCard) -> bool:
+    """Whether the backend reads the GPU: it has a hwmon power or energy sensor."""
+    files = power_files(card)
+    return bool(files.power or files.energy)
+
+
 def drm_gpu_devices(sysfs: Path) -> frozenset[str]:
-    """PCI addresses of the DRM GPUs this backend meters (with a power or energy sensor): the
-    hwmon source leaves their sensors to it (exporter/sources/hwmon.py)."""
-    out = set()
-    for card in discover(sysfs):
-        files = power_files(card)
-        if files.power or files.energy:
-            out.add(card.pci)
-    return frozenset(out)
+    """PCI addresses of the DRM GPUs this backend meters: the hwmon source leaves their sensors
+    to it (exporter/sources/hwmon.py)."""
+    return frozenset(card.pci for card in discover(sysfs) if metered(card))
 
 
 # -- wattprobe check -------------------------------------------------------------------------
@@ -296,14 +308,16 @@ FIXES = {
 }
 
 
-def lacks(card: DrmCard, gpu: GpuReading, fdinfo_clients: bool) -> list[str]:
+def lacks(card: DrmCard, fdinfo_clients: bool) -> list[str]:
     """What a found GPU lacks, in words, for `check`."""
     missing = []
     files = power_files(card)
     if card.hwmon is None:
-        missing.append("no hwmon: no power (an integrated GPU is part of the CPU package)")
+        missing.append(
+            "no hwmon, not metered (an integrated GPU's power is in the CPU package: RAPL)"
+        )
     elif not files.power and not files.energy:
-        missing.append("hwmon without power or energy")
+        missing.append("hwmon without power or energy, not metered")
     if not os.path.exists(f"{card.device}/gpu_busy_percent") and not fdinfo_clients:
         missing.append("no utilization (no gpu_busy_percent, no fdinfo engine time)")
     if not fdinfo_clients:
@@ -323,16 +337,12 @@ def probe(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
         reading = source.read()
     except SourceError as exc:
         return Finding.failed(exc, FIXES.get(exc.reason, ""))
-    cards = {c.pci: c for c in discover(config.sysfs)}
+    clients = source.clients_by_device()
     items = []
-    for gpu in reading.gpus:
-        card = cards.get(gpu.pci_bus_id)
-        if card is None:
-            continue
-        has_clients = bool(gpu.processes)
-        gaps = lacks(card, gpu, has_clients)
+    for card in discover(config.sysfs):
+        gaps = lacks(card, card.pci in clients)
         items.append(
-            f"{card.card} {gpu.pci_bus_id} {gpu.name} [{card.driver}]"
+            f"{card.card} {card.pci} {_model(card)} [{card.driver}]"
             + (f": {'; '.join(gaps)}" if gaps else "")
         )
     summary = ", ".join(f"{g.pci_bus_id} ({g.vendor})" for g in reading.gpus)
