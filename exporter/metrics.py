@@ -164,8 +164,17 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(
         "gpu_info",
         "gauge",
-        "GPU identity, value 1: model, PCI bus id, driver and CUDA versions, MIG mode.",
-        ("gpu", "uuid", "model", "pci_bus_id", "driver_version", "cuda_version", "mig_mode"),
+        "GPU identity, value 1: model, PCI bus id, driver and CUDA versions, MIG mode, vendor.",
+        (
+            "gpu",
+            "uuid",
+            "model",
+            "pci_bus_id",
+            "driver_version",
+            "cuda_version",
+            "mig_mode",
+            "vendor",
+        ),
         section="GPUs",
     ),
     MetricSpec(
@@ -282,7 +291,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "gpu_attribution_intervals",
         "counter",
         "Intervals in which the GPU's active energy was split by each method "
-        "(sm, memory, mig_memory, ioctl, even, none).",
+        "(engine, sm, memory, mig_memory, ioctl, even, none).",
         (*GPU_LABELS, "method"),
         section="GPUs",
     ),

@@ -21,6 +21,7 @@ from exporter.deadline import TIMEOUT, Call, DeadlineReads, InlineReads, Outcome
 from exporter.gpu.accounting import GpuAccounting
 from exporter.gpu.attribution import GpuHolders
 from exporter.gpu.backend import GpuBackend
+from exporter.gpu.merge import GpuMerge
 from exporter.identity import NoNames, WorkloadNames
 from exporter.idle import IdleBaseline
 from exporter.ledger import CounterTable
@@ -119,6 +120,7 @@ class Monitor:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         gpus: GpuBackend | None = None,
+        more_gpus: Sequence[GpuBackend] = (),
         gpu_holders: GpuHolders | None = None,
         startup_statuses: Sequence[SourceStatus] = (),
         status_providers: Sequence[StatusProvider] = (),
@@ -149,6 +151,9 @@ class Monitor:
         self._workloads = WorkloadLedger(with_processes=settings.with_processes)
         # GPUs: read like a power source, accounted per device (exporter/gpu/accounting.py)
         self._gpus = gpus
+        # other vendors' backends (DRM beside NVML): merged into one reading (exporter/gpu/merge.py)
+        self._more_gpus = tuple(more_gpus) if gpus is not None else ()
+        self._gpu_merge = GpuMerge()
         self._gpu = GpuAccounting(
             idle_power=settings.idle_power, idle_policy=settings.idle_policy, holders=gpu_holders
         )
@@ -185,6 +190,16 @@ class Monitor:
         if self._gpus:
             gpu_reading = self._take(self._gpus.name, got["gpu"], statuses)
             gpu_stamp = got["gpu"].stamp
+            if self._more_gpus:
+                more = [
+                    self._take(b.name, got[f"gpu.{i}"], statuses)
+                    for i, b in enumerate(self._more_gpus)
+                ]
+                if gpu_reading is None:
+                    gpu_stamp = next(
+                        (got[f"gpu.{i}"].stamp for i, r in enumerate(more) if r is not None), now
+                    )
+                gpu_reading = self._gpu_merge.merge([gpu_reading, *more])
         for provider in self._status_providers:
             statuses.extend(_provided(provider, ()))
 
@@ -254,6 +269,7 @@ class Monitor:
         calls += [Call(f"power.{i}", s.name, s.read) for i, s in enumerate(self._power_sources)]
         if self._gpus:
             calls.append(Call("gpu", self._gpus.name, self._gpus.read))
+        calls += [Call(f"gpu.{i}", b.name, b.read) for i, b in enumerate(self._more_gpus)]
         return calls
 
     def _take(self, name: str, outcome: Outcome[T], statuses: list[SourceStatus]) -> T | None:
@@ -422,6 +438,8 @@ class Monitor:
         if self._gpus is not None:
             # on its own worker: NVML is used by one thread at a time, and a hung read holds it
             self._reads.call_on(self._gpus.name, self._gpus.close, timeout_s=5.0)
+        for backend in self._more_gpus:
+            self._reads.call_on(backend.name, backend.close, timeout_s=5.0)
         self._reads.close()
 
     # -- the loop -------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from exporter import check_kube
 from exporter.config import Config
 from exporter.gpu import check as nvml_check
-from exporter.sources import ebpf, estimate, hwmon, procfs, rapl
+from exporter.sources import drm, ebpf, estimate, hwmon, procfs, rapl
 from exporter.sourcespec import POWER, PowerReader, SourceSpec
 
 # Collectors that switch an output rather than a source: (name, default, help).
@@ -87,6 +87,7 @@ REGISTRY = Registry(
         hwmon.SPEC,
         estimate.SPEC,
         nvml_check.SPEC,
+        drm.SPEC,
         check_kube.SPEC,
     )
 )

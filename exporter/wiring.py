@@ -10,12 +10,14 @@ from typing import Protocol, runtime_checkable
 from exporter.cgroupfs.ns import namespace_root
 from exporter.config import ActivitySource as ActivityChoice
 from exporter.config import Config
-from exporter.gpu.backend import LatestReadings
+from exporter.gpu.backend import GpuBackend, LatestReadings
 from exporter.gpu.check import SPEC as NVML
 from exporter.monitor import ActivitySource, Monitor, MonitorSettings, PowerSource
 from exporter.progress import Progress
 from exporter.readings import SourceError, SourceStatus
 from exporter.registry import PROCESS, REGISTRY, Registry
+from exporter.sources.drm import SPEC as DRM
+from exporter.sources.drm import DrmSource
 from exporter.sources.ebpf import NAME as EBPF
 from exporter.sources.ebpf import EbpfSource
 from exporter.sources.ebpf_load import FIXES as EBPF_FIXES
@@ -125,6 +127,10 @@ def build(config: Config, progress: Progress | None = None) -> Parts:
     gpus = (
         LatestReadings(NvmlSource(config.procfs)) if REGISTRY.enabled(config, NVML.name) else None
     )
+    # AMD and Intel GPUs beside NVIDIA's: their indexes follow NVML's (exporter/gpu/merge.py)
+    backends: list[GpuBackend] = [gpus] if gpus is not None else []
+    if REGISTRY.enabled(config, DRM.name):
+        backends.append(DrmSource(config.sysfs, config.procfs))
     monitor = Monitor(
         cpu=procfs,
         activity=activity,
@@ -138,7 +144,8 @@ def build(config: Config, progress: Progress | None = None) -> Parts:
             retention_s=config.retention_s,
             read_timeout_s=config.read_timeout_s,
         ),
-        gpus=gpus,
+        gpus=backends[0] if backends else None,
+        more_gpus=backends[1:],
         startup_statuses=startup_statuses,
         gpu_holders=kube.gpu_holders,
         names=kube.names,

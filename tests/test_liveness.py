@@ -580,9 +580,11 @@ def test_alert_rules_fire_exactly_where_the_live_fleet_is_degraded(stack: LiveSt
     )
     # the sensorless node's and this machine's rapl and hwmon are down with reason="absent": no
     # alert for them; nodes without a GPU (no libnvidia-ml.so.1, no /proc/driver/nvidia) report
-    # nvml absent
+    # nvml absent; no node has an AMD or Intel GPU: drm is absent on every one
     absent = stack.api.query('wattprobe_source_up{reason="absent"} == 0')
+    nodes = ("sensorless", "measured", "broken", "gpu", liveebpf.NODE)
     assert {(s["metric"]["node"], s["metric"]["source"]) for s in absent} == {
+        *((node, "drm") for node in nodes),
         ("sensorless", "rapl"),
         ("sensorless", "hwmon"),
         ("measured", "nvml"),

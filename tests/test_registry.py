@@ -138,6 +138,7 @@ def test_built_in_defaults() -> None:
         "hwmon": True,
         "estimate": True,
         "nvml": True,
+        "drm": True,
         "process": False,
     }
     assert isinstance(REGISTRY, Registry)

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from exporter.attribution import ACTIVE, IDLE, ZoneEnergy
 from exporter.config import IdleAttribution, IdlePower
 from exporter.gpu.attribution import (
+    DRM_DRIVER,
+    NVIDIA_DRIVER,
     GpuHolders,
     holder_weights,
     idle_holders,
@@ -25,11 +27,10 @@ from exporter.gpu.attribution import (
 )
 from exporter.gpu.readings import GpuReading, GpuReadings
 from exporter.gpu.snapshot import (
-    ENERGY_COUNTER,
-    POWER_INTEGRAL,
     ContainerGpuMemory,
     GpuCounters,
     GpuEnergy,
+    energy_source,
 )
 from exporter.identity import ContainerRef
 from exporter.idle import IdleBaseline
@@ -69,6 +70,8 @@ class _GpuState:
     meter: ZoneMeter
     lost: bool = False
     mig_mode: str = ""
+    vendor: str = "nvidia"
+    backend: str = "nvml"
     energy: dict[tuple[str, str], float] = field(default_factory=dict)  # (source, mode) -> J
     methods: dict[str, int] = field(default_factory=dict)
     reading: GpuReading | None = None
@@ -114,7 +117,8 @@ class GpuAccounting:
         self._driver_version = reading.driver_version
         self._cuda_version = reading.cuda_version
         pid_keys = {t.pid: t.key for t in tasks if t.pid > 0 and not t.kernel_thread}
-        ioctls = ioctls_by_pid(ioctl_deltas)
+        # each GPU's fallback counts its own driver's ioctls: NVIDIA's, or DRM's (AMD, Intel)
+        ioctls = {d: ioctls_by_pid(ioctl_deltas, d) for d in (NVIDIA_DRIVER, DRM_DRIVER)}
         extra_owner: dict[TaskKey, ContainerRef] = {}
         zones = []
         for gpu in reading.gpus:
@@ -129,7 +133,7 @@ class GpuAccounting:
             self._memory.extend(_container_memory(gpu, pid_keys, owner))
             if measured is None:
                 continue
-            source = ENERGY_COUNTER if measured.method == COUNTER else POWER_INTEGRAL
+            source = energy_source(gpu.backend, counter=measured.method == COUNTER)
             active, idle = measured.active_j, measured.idle_j
             _add(state.energy, (source, ACTIVE), active)
             _add(state.energy, (source, IDLE), idle)
@@ -139,7 +143,7 @@ class GpuAccounting:
                     gpu,
                     energy=(active, idle),
                     pid_keys=pid_keys,
-                    ioctls=ioctls,
+                    ioctls=ioctls[NVIDIA_DRIVER if gpu.vendor == "nvidia" else DRM_DRIVER],
                     owner=owner,
                     extra_owner=extra_owner,
                 )
@@ -166,6 +170,7 @@ class GpuAccounting:
             )
             self._gpus[key] = state
         state.index = gpu.index
+        state.vendor, state.backend = gpu.vendor, gpu.backend
         state.lost = gpu.lost
         state.reading = gpu
         if gpu.mig_enabled is not None:
@@ -241,6 +246,7 @@ class GpuAccounting:
                     cuda_version=self._cuda_version,
                     mig_mode=state.mig_mode,
                     lost=state.lost,
+                    vendor=state.vendor,
                     reading=state.reading,
                     energy=tuple(
                         GpuEnergy(source, mode, joules)
@@ -254,7 +260,12 @@ class GpuAccounting:
 
     def device_health(self, source: str) -> tuple[DeviceHealth, ...]:
         return tuple(
-            DeviceHealth(source, GPU_ZONE, str(state.index), state.meter.health())
+            DeviceHealth(
+                source if state.backend == "nvml" else state.backend,
+                GPU_ZONE,
+                str(state.index),
+                state.meter.health(),
+            )
             for state in sorted(self._gpus.values(), key=lambda s: (s.index, s.uuid))
         )
 

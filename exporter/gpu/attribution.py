@@ -1,10 +1,13 @@
 """Pure functions that decide how one GPU's energy is split among processes and containers.
 
 Active energy, per GPU, by the first signal that has something to say:
+0. engine share: per-process engine busy time in the interval (DRM GPUs: fdinfo's drm-engine-*
+   ns or drm-cycles-*, exporter/sources/drm_clients.py), the AMD/Intel counterpart of 1;
 1. SM share: per-process SM utilization summed over NVML's samples since the last read;
 2. memory share: each process's GPU memory;
-3. ioctl share: NVIDIA ioctls per process counted by eBPF (among the GPU's processes, or among
-   all processes that issued any when NVML lists none, e.g. without hostPID);
+3. ioctl share: the GPU's driver's ioctls (NVIDIA's; DRM's for DRM GPUs) per process counted
+   by eBPF (among the GPU's processes, or among all processes that issued any when NVML lists
+   none, e.g. without hostPID);
 4. even among the GPU's processes;
 5. none: nobody to give it to (the monitor books it to the unattributed pseudo task).
 MIG GPUs have no per-process (or per-instance) utilization in NVML, so they are split by the
@@ -26,15 +29,17 @@ from dataclasses import dataclass
 from exporter.gpu.readings import GpuProcess, GpuReading
 from exporter.identity import ContainerRef
 
+ENGINE = "engine"
 SM = "sm"
 MEMORY = "memory"
 MIG_MEMORY = "mig_memory"
 IOCTL = "ioctl"
 EVEN = "even"
 NONE = "none"
-METHODS = (SM, MEMORY, MIG_MEMORY, IOCTL, EVEN, NONE)
+METHODS = (ENGINE, SM, MEMORY, MIG_MEMORY, IOCTL, EVEN, NONE)
 
 NVIDIA_DRIVER = "nvidia"  # the driver name eBPF counts NVIDIA ioctls under
+DRM_DRIVER = "drm"  # ... and DRM ioctls (/dev/dri/*)
 
 GpuHolders = Callable[[str], Sequence[ContainerRef]]
 
@@ -60,6 +65,9 @@ def process_weights(gpu: GpuReading, ioctls_by_pid: Mapping[int, float]) -> Proc
         if split is not None:
             return split
     else:
+        engine = {e.pid: e.busy for e in gpu.process_engine_time or () if e.busy > 0}
+        if engine:
+            return ProcessSplit(ENGINE, engine)
         sm = {u.pid: u.sm_percent for u in gpu.process_utilization or () if u.sm_percent > 0}
         if sm:
             return ProcessSplit(SM, sm)
@@ -195,11 +203,13 @@ def idle_holders(
 
 def ioctls_by_pid(
     ioctl_deltas: Mapping[tuple[int, int], Mapping[str, int]],
+    driver: str = NVIDIA_DRIVER,
 ) -> dict[int, float]:
-    """NVIDIA ioctls per PID in the interval, from the monitor's per-task deltas."""
+    """One driver's ioctls (NVIDIA's by default) per PID in the interval, from the monitor's
+    per-task deltas."""
     out: dict[int, float] = {}
     for (pid, _start), counts in ioctl_deltas.items():
-        n = counts.get(NVIDIA_DRIVER, 0)
+        n = counts.get(driver, 0)
         if pid > 0 and n > 0:
             out[pid] = out.get(pid, 0.0) + n
     return out

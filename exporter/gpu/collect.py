@@ -79,6 +79,7 @@ def _gpu(out: _Families, gpu: GpuCounters) -> None:
         "driver_version": gpu.driver_version,
         "cuda_version": gpu.cuda_version,
         "mig_mode": gpu.mig_mode,
+        "vendor": gpu.vendor,
     }
     out.add("gpu_info", info, 1)
     out.add("gpu_lost", ids, 1 if gpu.lost else 0)

@@ -41,6 +41,16 @@ class ProcessUtilization:
 
 
 @dataclass(frozen=True, slots=True)
+class ProcessEngineTime:
+    """A process's busy time on a GPU's engines over the interval, summed over its clients and
+    engine classes (DRM fdinfo: drm-engine-* in ns, or drm-cycles-* in GPU cycles where the
+    driver counts cycles). Only shares matter, so the unit is the same within one GPU."""
+
+    pid: int
+    busy: float
+
+
+@dataclass(frozen=True, slots=True)
 class MigInstanceReading:
     """One MIG device (a compute instance inside a GPU instance)."""
 
@@ -89,6 +99,10 @@ class GpuReading:
     process_utilization: tuple[ProcessUtilization, ...] | None = None
     mig_instances: tuple[MigInstanceReading, ...] = ()
     xid_errors: tuple[tuple[int, int], ...] = ()  # (xid, count) since start, cumulative
+    # None: the backend has no per-process engine time (NVML: it has SM samples instead)
+    process_engine_time: tuple[ProcessEngineTime, ...] | None = None
+    vendor: str = "nvidia"  # nvidia, amd or intel: wattprobe_gpu_info's vendor label
+    backend: str = "nvml"  # the backend that read it: the source of its energy and device_up
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,12 @@ ENERGY_COUNTER = "nvml_energy"  # nvmlDeviceGetTotalEnergyConsumption deltas
 POWER_INTEGRAL = "nvml_power"  # power samples integrated over the interval (pre-Volta)
 
 
+def energy_source(backend: str, *, counter: bool) -> str:
+    """The source label for a backend's GPU: nvml_energy / nvml_power for NVML, drm_energy
+    (hwmon energy1_input) / drm_power (hwmon power1_* integrated) for DRM GPUs."""
+    return f"{backend}_energy" if counter else f"{backend}_power"
+
+
 @dataclass(frozen=True, slots=True)
 class GpuEnergy:
     source: str  # nvml_energy or nvml_power
@@ -34,6 +40,7 @@ class GpuCounters:
     energy: tuple[GpuEnergy, ...]  # cumulative since start
     attribution: tuple[tuple[str, int], ...] = ()  # (method, intervals) since start
     xid_errors: tuple[tuple[int, int], ...] = ()  # (xid, events) since start
+    vendor: str = "nvidia"  # nvidia, amd or intel
 
 
 @dataclass(frozen=True, slots=True)

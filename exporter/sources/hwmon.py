@@ -5,6 +5,11 @@ energy<N>_input is a cumulative microjoule counter. Each sensor is its own zone,
 chip and label, because sensors on one board may overlap (a board total and its rails).
 A sensor's own power<N>_max, power<N>_crit or power<N>_cap (microwatts) bounds what it can
 plausibly read (max_power_w); an energy sensor takes the bound of the power sensor with its label.
+
+The sensors of an AMD or Intel GPU that the DRM backend meters (--collector.drm, on by default:
+exporter/sources/drm.py) are left out: that GPU's energy is a GPU zone split by engine time, and
+counting its amdgpu_ppt or i915 energy sensor here as well would count the same joules twice on
+the node. With --no-collector.drm they are node zones again, as before the DRM backend.
 """
 
 from __future__ import annotations
@@ -12,12 +17,15 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from exporter.config import Config
 from exporter.readings import ABSENT, EnergyReading, SourceAbsent, SourceError
+from exporter.sources.drm import NAME as DRM_COLLECTOR
+from exporter.sources.drm import drm_gpu_devices
 from exporter.sources.files import fault_for, read_int, read_text, reason_for, short_error
 from exporter.sourcespec import (
     ALL_ZONES,
@@ -145,13 +153,22 @@ def discover_sensors(hwmon_class: str) -> list[HwmonSensor]:
 class HwmonSource:
     name = "hwmon"
 
-    def __init__(self, sysfs: Path) -> None:
+    def __init__(
+        self, sysfs: Path, skip_devices: Callable[[], frozenset[str]] | None = None
+    ) -> None:
         self.hwmon_class = str(sysfs / "class" / "hwmon")
+        # devices (PCI addresses) whose sensors another source meters: the DRM GPUs
+        self._skip = skip_devices
         # sensors found at some point: losing all of them later is a fault, not absent hardware
         self._seen: set[str] = set()
 
-    def read(self) -> list[EnergyReading]:
+    def sensors(self) -> list[HwmonSensor]:
         sensors = discover_sensors(self.hwmon_class)
+        skip = self._skip() if self._skip is not None and sensors else frozenset()
+        return [s for s in sensors if s.device not in skip]
+
+    def read(self) -> list[EnergyReading]:
+        sensors = self.sensors()
         if not sensors and self._seen:
             gone = ", ".join(sorted(self._seen))
             raise SourceError("vanished", f"hwmon sensors {gone} are gone from {self.hwmon_class}")
@@ -201,7 +218,7 @@ def probe(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
     missing = missing_sysfs_class(config, "hwmon sensor")
     if missing is not None:
         return missing
-    source = HwmonSource(config.sysfs)
+    source = build(config)
     try:
         readings = source.read()
     except SourceError as exc:
@@ -211,9 +228,16 @@ def probe(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
         f"{s.zone} ({s.device}, {s.kind} {'counter' if s.kind == 'energy' else 'reading'})"
         + (f", at most {s.max_power_w:g} W" if s.max_power_w is not None else "")
         + fault_note(fault, (s.zone, s.device))
-        for s in discover_sensors(source.hwmon_class)
+        for s in source.sensors()
     ]
     return zones_found(readings, items, "sensors")
+
+
+def build(config: Config) -> HwmonSource:
+    """hwmon, leaving the DRM GPUs' sensors to the DRM backend when it is on."""
+    if config.collectors is not None and DRM_COLLECTOR not in config.collectors:
+        return HwmonSource(config.sysfs)
+    return HwmonSource(config.sysfs, partial(drm_gpu_devices, config.sysfs))
 
 
 SPEC = SourceSpec(
@@ -222,6 +246,6 @@ SPEC = SourceSpec(
     default_on=True,
     probe=probe,
     fixes=FIXES,
-    build=lambda config: HwmonSource(config.sysfs),
+    build=build,
     workload_zones=((ALL_ZONES,),),  # each sensor is its own zone kind
 )

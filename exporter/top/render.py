@@ -218,24 +218,23 @@ def workload_section(
     return [_line(title), table]
 
 
-def _source_rank(s: SourceState) -> int:
-    if s.up:
-        return 2
-    return 1 if s.reason == "absent" else 0
-
-
 def sources_line(sources: Sequence[SourceState]) -> Text:
+    """Failures, then what works, then what the node has none of, as one short "n/a:" group:
+    the line is cut from the right on a narrow terminal, so the least telling part goes last."""
     line = Text("sources: ", style="bold")
     if not sources:
         line.append("not read yet", style="dim")
-    for s in sorted(sources, key=_source_rank):
+    for s in sources:
+        if not s.up and s.reason != "absent":
+            line.append(f"{s.source} FAIL ({s.reason})", style="bold red")
+            line.append("  ")
+    for s in sources:
         if s.up:
             line.append(f"{s.source} ok", style="green")
-        elif s.reason == "absent":
-            line.append(f"{s.source} n/a", style="dim")
-        else:
-            line.append(f"{s.source} FAIL ({s.reason})", style="bold red")
-        line.append("  ")
+            line.append("  ")
+    absent = [s.source for s in sources if not s.up and s.reason == "absent"]
+    if absent:
+        line.append(f"n/a: {' '.join(absent)}", style="dim")
     return _line(line)
 
 

@@ -33,6 +33,7 @@ from exporter.config import Config
 from exporter.gpu.check import MOUNT_LIBRARIES
 from exporter.sources.rapl import FIX_PERMISSION, FIX_RAPL_BARE_METAL, FIX_RAPL_VM
 from tests.conftest import FIXTURES
+from tests.drmhost import RDNA3, write_card
 from tests.fixturehost import FixtureHost
 from tests.nvml.build import SCENARIO_ENV
 from tests.nvml.pods import H100_PODS, add_pods
@@ -109,10 +110,14 @@ def test_everything_present(host: FixtureHost, h100: Scenario, fake_nvml_dir: Pa
     # eBPF attaches to the live kernel, which the fixture /proc is not: it is switched off here
     # (it has its own cases below and in tests/test_ebpf_real.py)
     args = [*host.args(), "--activity-source", "procfs"]
+    write_card(host.sysfs, RDNA3)  # and an AMD GPU beside the NVIDIA ones
     result = check(*args, env=nvml_env(fake_nvml_dir, h100))
     assert result.code == 0
     assert result.report["schema_version"] == 1
-    assert result.report["power"] == ["rapl", "hwmon", "estimate", "nvml"]
+    assert result.report["power"] == ["rapl", "hwmon", "estimate", "nvml", "drm"]
+    drm = result.source("drm")
+    assert drm["status"] == "ok" and drm["found"] == f"1 GPUs: {RDNA3.pci} (amd)"
+    assert drm["items"][0].startswith(f"card0 {RDNA3.pci} AMD GPU 0x744c (amdgpu) [amdgpu]: ")
     assert result.report["activity"] == ["procfs"]
     assert result.names()[:6] == ["procfs", "ebpf", "rapl", "hwmon", "estimate", "nvml"]
     assert result.source("ebpf")["status"] == "disabled"
@@ -147,7 +152,9 @@ def test_everything_present(host: FixtureHost, h100: Scenario, fake_nvml_dir: Pa
     assert "                - 0 NVIDIA H100 80GB HBM3 (MIG off)" in result.text
     assert "FAIL" not in result.text and "n/a" not in result.text
     assert "off  ebpf       disabled" in result.text
-    assert lines[-1] == "ready: power measured by rapl, hwmon, nvml; activity from procfs (exit 0)"
+    assert lines[-1] == (
+        "ready: power measured by rapl, hwmon, nvml, drm; activity from procfs (exit 0)"
+    )
 
 
 def test_no_rapl_is_not_applicable_not_a_failure(host: FixtureHost) -> None:

@@ -88,6 +88,7 @@ def test_gpu_metrics_match_the_scenario(
             "driver_version": "550.54.15",
             "cuda_version": "12.4",
             "mig_mode": "disabled",
+            "vendor": "nvidia",
         }
         assert one(samples, "wattprobe_gpu_lost", **ids) == 0
         expect = {
