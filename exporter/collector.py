@@ -14,8 +14,8 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from exporter import __version__
+from exporter.accounting.meter import REJECT_REASONS
 from exporter.gpu.collect import gpu_families
-from exporter.meter import REJECT_REASONS
 from exporter.metrics import BY_NAME, PREFIX
 from exporter.snapshot import Energy, Snapshot
 

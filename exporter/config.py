@@ -192,7 +192,7 @@ class Config:
 
     @property
     def read_timeout_s(self) -> float:
-        """How long each interval waits for its source reads (exporter/deadline.py)."""
+        """How long each interval waits for its source reads (exporter/accounting/deadline.py)."""
         if self.source_timeout_s is not None:
             return self.source_timeout_s
         return max(self.interval_s / 2, MIN_SOURCE_TIMEOUT_S)

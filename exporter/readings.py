@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 # A task's identity: (pid, start time in clock ticks since boot) for a live process, so a reused
 # PID is a new task; (0, cgroup id) for the eBPF "exited tasks" accumulator of one cgroup;
-# (-1, n) for the /proc source's "exited tasks" of one container (exporter/sources/exited_cpu.py).
+# (-1, n) for the /proc source's "exited tasks" of one container
+# (exporter/sources/procfs/exited.py).
 TaskKey = tuple[int, int]
 
 

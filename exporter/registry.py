@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter import check_kube
 from exporter.config import Config
-from exporter.gpu import check as nvml_check
-from exporter.sources import drm, ebpf, estimate, hwmon, procfs, rapl
+from exporter.sources import estimate, hwmon, rapl
+from exporter.sources.drm import source as drm
+from exporter.sources.ebpf import source as ebpf
+from exporter.sources.nvml import check as nvml_check
+from exporter.sources.procfs import source as procfs
 from exporter.sourcespec import POWER, PowerReader, SourceSpec
+from exporter.workloads import check as check_kube
 
 # Collectors that switch an output rather than a source: (name, default, help).
 PROCESS = "process"
@@ -64,7 +67,7 @@ class Registry:
 
     @property
     def zone_preferences(self) -> tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]:
-        """(source label, zone groups) for exporter/zones.py, most preferred first."""
+        """(source label, zone groups) for exporter/accounting/zones.py, most preferred first."""
         return tuple((s.zone_label, s.workload_zones) for s in self.specs if s.workload_zones)
 
     @property

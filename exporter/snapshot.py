@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.accounting.meter import MeterHealth
 from exporter.gpu.snapshot import ContainerGpuMemory, GpuCounters
-from exporter.meter import MeterHealth
 from exporter.readings import MapStats, SourceStatus, TaskKey
 
 

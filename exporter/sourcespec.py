@@ -112,7 +112,8 @@ GroupProbe = Callable[[Config], Sequence[CheckResult]]
 
 
 class PowerReader(Protocol):
-    """A power source the monitor reads every interval (exporter/monitor.py's PowerSource)."""
+    """A power source the monitor reads every interval (exporter/accounting/monitor.py's
+    PowerSource)."""
 
     name: str
 

@@ -7,26 +7,26 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Protocol, runtime_checkable
 
+from exporter.accounting.monitor import ActivitySource, Monitor, MonitorSettings, PowerSource
 from exporter.cgroupfs.ns import namespace_root
 from exporter.config import ActivitySource as ActivityChoice
 from exporter.config import Config
 from exporter.gpu.backend import GpuBackend, LatestReadings
-from exporter.gpu.check import SPEC as NVML
-from exporter.monitor import ActivitySource, Monitor, MonitorSettings, PowerSource
 from exporter.progress import Progress
 from exporter.readings import SourceError, SourceStatus
 from exporter.registry import PROCESS, REGISTRY, Registry
-from exporter.sources.drm import SPEC as DRM
-from exporter.sources.drm import DrmSource
-from exporter.sources.ebpf import NAME as EBPF
-from exporter.sources.ebpf import EbpfSource
-from exporter.sources.ebpf_load import FIXES as EBPF_FIXES
-from exporter.sources.ebpf_load import LOAD_FAILED
+from exporter.sources.drm.source import SPEC as DRM
+from exporter.sources.drm.source import DrmSource
+from exporter.sources.ebpf.load import FIXES as EBPF_FIXES
+from exporter.sources.ebpf.load import LOAD_FAILED
+from exporter.sources.ebpf.source import NAME as EBPF
+from exporter.sources.ebpf.source import EbpfSource
 from exporter.sources.estimate import SPEC as ESTIMATE
 from exporter.sources.estimate import CpuPowerModel
-from exporter.sources.nvml import NvmlSource
-from exporter.sources.procfs import ProcfsSource
-from exporter.sources.procvis import VisibleProcfs
+from exporter.sources.nvml.check import SPEC as NVML
+from exporter.sources.nvml.source import NvmlSource
+from exporter.sources.procfs.source import ProcfsSource
+from exporter.sources.procfs.visible import VisibleProcfs
 from exporter.workloads.gpus import NvmlDirectory
 from exporter.workloads.kube import KubeWorkloads
 

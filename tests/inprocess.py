@@ -9,7 +9,7 @@ import time
 import urllib.error
 import urllib.request
 
-from exporter.monitor import Monitor
+from exporter.accounting.monitor import Monitor
 from exporter.server import Health, make_server
 from tests.running import Samples, parse_samples
 

@@ -5,7 +5,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.attribution import (
+from exporter.accounting.attribution import (
     UNATTRIBUTED_TASK,
     ZoneEnergy,
     attribute,

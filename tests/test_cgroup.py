@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from exporter.cgroupfs.classify import classify_cgroup, classify_task, parse_cgroup_path
 from exporter.cgroupfs.ns import to_host_file, to_host_path
 from exporter.identity import KERNEL, SYSTEM, ContainerRef
-from exporter.sources.procfs import ProcfsSource
+from exporter.sources.procfs.source import ProcfsSource
 
 UID = "5f1c3e2a-8b4d-4c6e-9f0a-1b2c3d4e5f60"
 US = UID.replace("-", "_")

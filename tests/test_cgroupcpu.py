@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from exporter.config import ActivitySource, Config, IdlePower, PodSource
-from exporter.sources.cgroupcpu import V1, V2, CgroupCpuFiles
-from exporter.sources.procfs import CLOCK_TICKS, ProcfsSource
+from exporter.sources.procfs.cgroupcpu import V1, V2, CgroupCpuFiles
+from exporter.sources.procfs.source import CLOCK_TICKS, ProcfsSource
 from exporter.wiring import build_monitor
 from tests.fixturehost import FixtureHost, write_atomic
 

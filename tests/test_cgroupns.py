@@ -31,8 +31,8 @@ WORKLOAD_CID = "ab" * 32
 INSIDE = """
 import json, os, sys
 from pathlib import Path
-from exporter.sources.ebpf import ProcReader
-from exporter.sources.procfs import ProcfsSource
+from exporter.sources.ebpf.source import ProcReader
+from exporter.sources.procfs.source import ProcfsSource
 from exporter.cgroupfs.classify import classify_cgroup
 from exporter.cgroupfs.ns import namespace_root
 host, own, workload = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from exporter.deadline import BUSY, TIMEOUT, Call, DeadlineReads, InlineReads
+from exporter.accounting.deadline import BUSY, TIMEOUT, Call, DeadlineReads, InlineReads
 from exporter.readings import SourceError
 
 TIMEOUT_S = 0.2
@@ -74,7 +74,7 @@ def test_errors_come_back_as_errors(reads: DeadlineReads) -> None:
 def test_a_stuck_source_misses_then_is_busy_and_never_called_twice(
     reads: DeadlineReads, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="exporter.deadline")
+    caplog.set_level(logging.INFO, logger="exporter.accounting.deadline")
     slow = Gated()
     slow.gate.clear()
     calls = [Call("slow", "slow", slow.read), Call("fast", "fast", lambda: 7)]

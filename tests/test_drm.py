@@ -15,9 +15,9 @@ from exporter.config import Config
 from exporter.gpu.merge import GpuMerge
 from exporter.gpu.readings import GpuReading, GpuReadings
 from exporter.readings import SourceAbsent, SourceError
-from exporter.sources.drm import DrmSource, discover, drm_gpu_devices, probe
-from exporter.sources.drm_clients import DrmClientScanner
-from exporter.sources.drm_fdinfo import parse_fdinfo
+from exporter.sources.drm.clients import DrmClientScanner
+from exporter.sources.drm.fdinfo import parse_fdinfo
+from exporter.sources.drm.source import DrmSource, discover, drm_gpu_devices, probe
 from exporter.sources.hwmon import HwmonSource
 from exporter.sources.hwmon import build as build_hwmon
 from tests import drmhost

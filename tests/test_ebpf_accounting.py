@@ -1,4 +1,4 @@
-"""exporter.sources.ebpf_accounting against a model of bpf/activity.c.
+"""exporter.sources.ebpf.accounting against a model of bpf/activity.c.
 
 The model kernel below does what the C programs do (same entries, folds, tombstones, late
 slices); random schedules of processes starting, running, issuing ioctls, exiting and being
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.readings import TaskKey, TaskSample
-from exporter.sources.ebpf_accounting import (
+from exporter.sources.ebpf.accounting import (
     EXITED_COMM,
     EXITED_QUIET_READS,
     TOMBSTONE_GRACE_NS,

@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from exporter.accounting.monitor import Monitor, MonitorSettings
 from exporter.collector import SnapshotCollector
 from exporter.config import ActivitySource, Config
-from exporter.monitor import Monitor, MonitorSettings
 from exporter.readings import CpuTimes, MapStats, SourceError, SourceStatus, TaskSample
 from exporter.snapshot import Snapshot
-from exporter.sources import ebpf_load
 from exporter.sources.caps import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN
-from exporter.sources.ebpf import EbpfSource
-from exporter.sources.procfs import ProcfsSource
+from exporter.sources.ebpf import load as ebpf_load
+from exporter.sources.ebpf.source import EbpfSource
+from exporter.sources.procfs.source import ProcfsSource
 from exporter.wiring import StartupError, activity_source
 from tests.running import parse_samples, select
 

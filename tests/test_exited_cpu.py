@@ -9,8 +9,8 @@ import pytest
 from exporter.cgroupfs.classify import classify_task
 from exporter.identity import SYSTEM
 from exporter.readings import TaskKey, TaskSample
-from exporter.sources.cgroupcpu import V2, Location
-from exporter.sources.exited_cpu import (
+from exporter.sources.procfs.cgroupcpu import V2, Location
+from exporter.sources.procfs.exited import (
     EXITED_COMM,
     EXITED_PID,
     LINGER_SCANS,
@@ -76,7 +76,7 @@ class Rig:
         self.clock.now += dt
         self.pseudo = self.exited.update(tasks)
         every = [*tasks, *self.pseudo]
-        if self.prev is not None:  # exporter.monitor: the first interval is a baseline
+        if self.prev is not None:  # exporter.accounting.monitor: the first interval is a baseline
             for t in every:
                 delta = t.cpu_seconds - self.prev.get(t.key, 0.0)
                 if delta > 0:

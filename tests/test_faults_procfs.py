@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.sources.procfs import CLOCK_TICKS, ProcfsSource
+from exporter.sources.procfs.source import CLOCK_TICKS, ProcfsSource
 from tests.faults_support import CounterWatch
 from tests.fixturehost import FixtureHost, stat_line, write_atomic
 from tests.running import ExporterProcess, Samples, select, start_exporter

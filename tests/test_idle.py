@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.idle import (
+from exporter.accounting.idle import (
     DEFAULT_WINDOW,
     PRIOR_SHARE,
     IdleBaseline,

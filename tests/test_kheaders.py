@@ -1,4 +1,4 @@
-"""Kernel header discovery (exporter.sources.kheaders) on header trees laid out like the
+"""Kernel header discovery (exporter.sources.ebpf.kheaders) on header trees laid out like the
 distributions' packages, built in a temporary directory."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from exporter.readings import SourceError
-from exporter.sources.kheaders import (
+from exporter.sources.ebpf.kheaders import (
     CONFIGURED,
     GENERIC,
     NO_HEADERS,

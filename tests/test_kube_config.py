@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from exporter.accounting.monitor import Monitor, MonitorSettings
 from exporter.collector import SnapshotCollector, pod_label_name
 from exporter.config import Config, PodSource
 from exporter.identity import NoNames
-from exporter.monitor import Monitor, MonitorSettings
 from exporter.readings import SourceStatus
 from exporter.snapshot import GpuAllocation, PodInfo
-from exporter.sources.procfs import ProcfsSource
+from exporter.sources.procfs.source import ProcfsSource
 from exporter.workloads.apiserver import ApiserverPodSource
 from exporter.workloads.kube import KubeWorkloads, apiserver_url, kubelet_url, resolve_pod_source
 from exporter.workloads.kubelet import KubeletPodSource

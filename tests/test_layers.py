@@ -40,9 +40,9 @@ def test_an_upward_import_breaks_a_contract(tmp_path: Path) -> None:
     config.write_text(
         "[importlinter]\nroot_package = exporter\n\n"
         "[importlinter:contract:upside-down]\nname = upside down\ntype = layers\n"
-        "layers =\n    exporter.readings\n    exporter.monitor\n"
+        "layers =\n    exporter.readings\n    exporter.accounting.monitor\n"
     )
     result = lint_imports(str(config), cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "exporter.monitor -> exporter.readings" in result.stdout
+    assert "exporter.accounting.monitor -> exporter.readings" in result.stdout
     assert "Contracts: 0 kept, 1 broken." in result.stdout

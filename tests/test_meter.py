@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from exporter.idle import IdleBaseline
-from exporter.meter import (
+from exporter.accounting.idle import IdleBaseline
+from exporter.accounting.meter import (
     IMPLAUSIBLE,
     POWER,
     RESET,

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from exporter.accounting.monitor import Monitor, MonitorSettings, PowerSource
 from exporter.config import IdleAttribution, IdlePower
-from exporter.monitor import Monitor, MonitorSettings, PowerSource
 from exporter.readings import CpuTimes, EnergyReading, SourceAbsent, SourceError, TaskSample
 from exporter.snapshot import Snapshot
 from exporter.sources.estimate import CpuPowerModel

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from exporter.readings import SourceError
-from exporter.sources.procfs import CLOCK_TICKS, ProcfsSource, parse_cpu_times, parse_stat
+from exporter.sources.procfs.source import CLOCK_TICKS, ProcfsSource, parse_cpu_times, parse_stat
 from tests.fixturehost import FixtureHost, stat_line
 
 FIXTURE_PROC = Path(__file__).parent / "fixtures" / "proc"

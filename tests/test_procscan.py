@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from exporter.cgroupfs.classify import classify_cgroup
-from exporter.sources.procfs import CLOCK_TICKS, PF_KTHREAD, ProcfsSource, parse_stat
-from exporter.sources.procscan import ProcScanner
+from exporter.sources.procfs.scan import ProcScanner
+from exporter.sources.procfs.source import CLOCK_TICKS, PF_KTHREAD, ProcfsSource, parse_stat
 from tests.benchmarks.synthetic import HostShape, SyntheticHost
 from tests.fixturehost import FixtureHost, stat_line, write_atomic
 

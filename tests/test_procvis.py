@@ -1,4 +1,4 @@
-"""hidepid detection (exporter/sources/procvis.py) on mountinfo text; the real mount and the
+"""hidepid detection (exporter/sources/procfs/visible.py) on mountinfo text; the real mount and the
 capability that lifts it: tests/test_least_privilege.py."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from exporter.readings import TaskSample
 from exporter.sources.caps import CAP_SYS_PTRACE
-from exporter.sources.procvis import (
+from exporter.sources.procfs.visible import (
     ProcMount,
     VisibleProcfs,
     hidden_reason,

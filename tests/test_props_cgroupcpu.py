@@ -12,14 +12,14 @@ from hypothesis import strategies as st
 
 from exporter.kernelnum import MAX_DIGITS, OutOfRange
 from exporter.readings import TaskKey, TaskSample
-from exporter.sources.cgroupcpu import (
+from exporter.sources.procfs.cgroupcpu import (
     V1,
     V2,
     CgroupCpuFiles,
     parse_cpu_stat,
     parse_cpuacct_usage,
 )
-from exporter.sources.exited_cpu import ExitedCpu, settle
+from exporter.sources.procfs.exited import ExitedCpu, settle
 from tests.props import PROPERTY
 from tests.test_exited_cpu import A, B, Clock, Files
 

@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from prometheus_client import CollectorRegistry, generate_latest
 
+from exporter.accounting.meter import MAX_PLAUSIBLE_POWER_W
+from exporter.accounting.monitor import Monitor, MonitorSettings
 from exporter.collector import SnapshotCollector
 from exporter.config import IdlePower
 from exporter.gpu.readings import GpuReading, GpuReadings
-from exporter.meter import MAX_PLAUSIBLE_POWER_W
-from exporter.monitor import Monitor, MonitorSettings
 from exporter.readings import CpuTimes, TaskSample
 from exporter.sources.hwmon import HwmonSource
 from exporter.sources.rapl import RAPL_MAX_POWER_W, RaplSource

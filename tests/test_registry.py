@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
+from exporter.accounting.zones import ZoneId, workload_zones
 from exporter.check import SourceCheck, checks_of, exit_status, run_checks
 from exporter.cli import collector_flags, collectors_of
 from exporter.config import Config
@@ -24,7 +25,6 @@ from exporter.registry import REGISTRY, Registry
 from exporter.sources.estimate import ESTIMATED
 from exporter.sourcespec import POWER, CheckResult, Finding, SourceSpec
 from exporter.wiring import power_sources
-from exporter.zones import ZoneId, workload_zones
 
 FIX_FAKE = "plug the fake meter in"
 

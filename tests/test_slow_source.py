@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from exporter.accounting.deadline import BUSY, TIMEOUT
+from exporter.accounting.monitor import Monitor, MonitorSettings
 from exporter.config import IdlePower
-from exporter.deadline import BUSY, TIMEOUT
-from exporter.monitor import Monitor, MonitorSettings
 from exporter.readings import CpuTimes, EnergyReading, SourceError, TaskSample
 from exporter.snapshot import Snapshot
 from tests.invariants import check_monotonic, check_snapshot

@@ -12,7 +12,7 @@ import pytest
 
 from exporter.cgroupfs.classify import classify_task
 from exporter.config import ActivitySource, Config, PodSource
-from exporter.sources.procfs import CLOCK_TICKS, ProcfsSource
+from exporter.sources.procfs.source import CLOCK_TICKS, ProcfsSource
 from exporter.sources.rapl import RaplSource
 from exporter.wiring import build_monitor
 from tests.benchmarks.synthetic import HostShape, SyntheticHost

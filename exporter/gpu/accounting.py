@@ -1,7 +1,12 @@
 """Per-GPU energy accounting for the monitor: deltas, idle baselines, and the zones to attribute.
 
-Every interval, per GPU, its ZoneMeter (exporter/meter.py, the same one CPU zones use): dE from
-the total-energy counter (or, where the GPU has none, power integrated over the interval; the
+Every interval, per GPU, its ZoneMeter (exporter/accounting/meter.py, the same one CPU zones
+use): dE from the total-energy counter (or, where the GPU has none, power integrated over the
+interval; the source label says which), readings gated against the GPU's power limit, idle =
+min(P_idle * dt, dE) with the meter's idle baseline, active = dE - idle. The active energy becomes
+a ZoneEnergy("gpu", index) whose task weights come from exporter.gpu.attribution; the idle goes to
+the GPU's holders under the default policy; the monitor attributes both with the CPU zones, so
+containers and pods get zone="gpu", gpu="<index>" series.
 
 NVML PIDs are mapped to the interval's tasks by PID. A GPU process with no task (its /proc
 entry is not visible here, or it exited in between) keeps its energy under a pseudo task of the
@@ -14,7 +19,9 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.attribution import ACTIVE, IDLE, ZoneEnergy
+from exporter.accounting.attribution import ACTIVE, IDLE, ZoneEnergy
+from exporter.accounting.idle import IdleBaseline
+from exporter.accounting.meter import COUNTER, DeviceSample, ZoneMeter
 from exporter.config import IdleAttribution, IdlePower
 from exporter.gpu.attribution import (
     DRM_DRIVER,
@@ -33,8 +40,6 @@ from exporter.gpu.snapshot import (
     energy_source,
 )
 from exporter.identity import ContainerRef
-from exporter.idle import IdleBaseline
-from exporter.meter import COUNTER, DeviceSample, ZoneMeter
 from exporter.readings import SourceStatus, TaskKey, TaskSample
 from exporter.snapshot import DeviceHealth
 

@@ -2,7 +2,7 @@
 
 Active energy, per GPU, by the first signal that has something to say:
 0. engine share: per-process engine busy time in the interval (DRM GPUs: fdinfo's drm-engine-*
-   ns or drm-cycles-*, exporter/sources/drm_clients.py), the AMD/Intel counterpart of 1;
+   ns or drm-cycles-*, exporter/sources/drm/clients.py), the AMD/Intel counterpart of 1;
 1. SM share: per-process SM utilization summed over NVML's samples since the last read;
 2. memory share: each process's GPU memory;
 3. ioctl share: the GPU's driver's ioctls (NVIDIA's; DRM's for DRM GPUs) per process counted

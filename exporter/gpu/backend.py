@@ -5,7 +5,7 @@ A backend reads every GPU of the node at once and returns vendor-neutral GpuRead
 limit, the energy counter, clocks), per-process use (memory, and SM samples where the vendor has
 them) and error events. Everything downstream (the GPU meters, attribution, the GPU directory
 that names PodResources devices, the exposition) reads only GpuReadings. NVML
-(exporter/sources/nvml.py) is the first backend; docs/architecture.md says how to add one.
+(exporter/sources/nvml/source.py) is the first backend; docs/architecture.md says how to add one.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 units, nothing about Prometheus and nothing tied to one vendor's library.
 
 A field is None when the GPU does not support it or the call failed this interval; the backend
-decides which (NVML's: exporter/sources/nvml.py). Energy stays an integer millijoule counter so
-that deltas are exact. Vendor-specific parts are optional: MIG instances and per-process SM
-samples (NVIDIA), error events keyed by the vendor's code (NVIDIA's XIDs).
+decides which (NVML's: exporter/sources/nvml/source.py). Energy stays an integer millijoule
+counter so that deltas are exact. Vendor-specific parts are optional: MIG instances and
+per-process SM samples (NVIDIA), error events keyed by the vendor's code (NVIDIA's XIDs).
 """
 
 from __future__ import annotations

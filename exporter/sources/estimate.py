@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from exporter.config import Config
 from exporter.readings import SourceError
-from exporter.sources.procfs import FIXES as PROCFS_FIXES
-from exporter.sources.procfs import ProcfsSource
+from exporter.sources.procfs.source import FIXES as PROCFS_FIXES
+from exporter.sources.procfs.source import ProcfsSource
 from exporter.sourcespec import POWER, CheckResult, Finding, SourceSpec
 
 ESTIMATED = "estimated"  # the source label of its readings

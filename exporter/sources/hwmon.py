@@ -7,9 +7,9 @@ A sensor's own power<N>_max, power<N>_crit or power<N>_cap (microwatts) bounds w
 plausibly read (max_power_w); an energy sensor takes the bound of the power sensor with its label.
 
 The sensors of an AMD or Intel GPU that the DRM backend meters (--collector.drm, on by default:
-exporter/sources/drm.py) are left out: that GPU's energy is a GPU zone split by engine time, and
-counting its amdgpu_ppt or i915 energy sensor here as well would count the same joules twice on
-the node. With --no-collector.drm they are node zones again, as before the DRM backend.
+exporter/sources/drm/source.py) are left out: that GPU's energy is a GPU zone split by engine
+time, and counting its amdgpu_ppt or i915 energy sensor here as well would count the same joules
+twice on the node. With --no-collector.drm they are node zones again, as before the DRM backend.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pathlib import Path
 
 from exporter.config import Config
 from exporter.readings import ABSENT, EnergyReading, SourceAbsent, SourceError
-from exporter.sources.drm import NAME as DRM_COLLECTOR
-from exporter.sources.drm import drm_gpu_devices
+from exporter.sources.drm.source import NAME as DRM_COLLECTOR
+from exporter.sources.drm.source import drm_gpu_devices
 from exporter.sources.files import fault_for, read_int, read_text, reason_for, short_error
 from exporter.sourcespec import (
     ALL_ZONES,

@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from exporter.monitor import Monitor
+from exporter.accounting.monitor import Monitor
 from exporter.top.scrape import Scrape, from_snapshot, from_text
 
 log = logging.getLogger(__name__)

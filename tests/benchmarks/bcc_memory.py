@@ -1,5 +1,5 @@
 """Resident memory with and without eBPF, with the compile in the exporter's process or in a
-short-lived child (exporter/sources/ebpf_child.py).
+short-lived child (exporter/sources/ebpf/child.py).
 
 Each variant runs in a fresh process (`python -m tests.benchmarks.bcc_memory VARIANT`) that
 imports what `wattprobe serve` imports, steps a Monitor on this machine's /proc three times,
@@ -44,9 +44,9 @@ def variant(name: str) -> dict[str, float]:
     import exporter.cli  # noqa: F401, PLC0415 (everything serve imports)
     from exporter.cgroupfs.ids import CgroupIdIndex, find_v2_root  # noqa: PLC0415
     from exporter.config import ActivitySource, Config, PodSource  # noqa: PLC0415
-    from exporter.sources.ebpf import EbpfSource  # noqa: PLC0415
-    from exporter.sources.ebpf_child import load_in_child  # noqa: PLC0415
-    from exporter.sources.ebpf_load import load  # noqa: PLC0415
+    from exporter.sources.ebpf.child import load_in_child  # noqa: PLC0415
+    from exporter.sources.ebpf.load import load  # noqa: PLC0415
+    from exporter.sources.ebpf.source import EbpfSource  # noqa: PLC0415
     from exporter.wiring import build_monitor  # noqa: PLC0415
 
     monitor = build_monitor(

@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from exporter.accounting.monitor import Monitor
 from exporter.config import ActivitySource, Config, PodSource
-from exporter.monitor import Monitor
 from exporter.runtime import tune_for_serving
 from exporter.wiring import build_monitor
 from tests.benchmarks.common import Context, Figure, Section, config_for, machine_load, median
@@ -62,7 +62,8 @@ def cpu_seconds(fn: Callable[[], object]) -> float:
 
 def process_cpu_seconds(fn: Callable[[], object]) -> float:
     """CPU time of the whole process during fn: Monitor.step hands its source reads to worker
-    threads (exporter/deadline.py), which the stepping thread's own CPU time would leave out."""
+    threads (exporter/accounting/deadline.py), which the stepping thread's own CPU time would
+    leave out."""
     start = time.process_time()
     fn()
     return time.process_time() - start

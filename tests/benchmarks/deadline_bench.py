@@ -1,4 +1,4 @@
-"""What reading the sources under a deadline costs per interval (exporter/deadline.py).
+"""What reading the sources under a deadline costs per interval (exporter/accounting/deadline.py).
 
     python -m tests.benchmarks.deadline_bench [--steps 2000]
 
@@ -26,10 +26,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from exporter.deadline import Call, DeadlineReads, InlineReads, SourceReads
-from exporter.monitor import Monitor, MonitorSettings
+from exporter.accounting.deadline import Call, DeadlineReads, InlineReads, SourceReads
+from exporter.accounting.monitor import Monitor, MonitorSettings
 from exporter.sources.hwmon import HwmonSource
-from exporter.sources.procfs import ProcfsSource
+from exporter.sources.procfs.source import ProcfsSource
 from exporter.sources.rapl import RaplSource
 from tests.conftest import FIXTURES
 from tests.fixturehost import FixtureHost

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.cgroupfs.ids import find_v2_root
-from exporter.sources.ebpf_load import RAW, SCHED_SWITCH, Loaded, bcc_environment, load
+from exporter.sources.ebpf.load import RAW, SCHED_SWITCH, Loaded, bcc_environment, load
 from tests.gpunodes import make_gpu_nodes
 from tests.running import parse_samples, select, start_exporter
 

@@ -22,14 +22,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from exporter.attribution import attribute
+from exporter.accounting.attribution import attribute
 from exporter.cgroupfs.classify import classify_task
 from exporter.config import IdleAttribution, IdlePower
 from exporter.gpu.accounting import GpuAccounting
 from exporter.gpu.collect import gpu_families
 from exporter.readings import TaskSample
 from exporter.snapshot import EMPTY_SNAPSHOT
-from exporter.sources.nvml import NvmlSource
+from exporter.sources.nvml.source import NvmlSource
 from tests.nvml.build import LIBRARY, SCENARIO_ENV, build_fake_nvml
 from tests.nvml.pods import H100_PODS
 from tests.nvml.scenario import Scenario

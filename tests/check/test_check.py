@@ -28,9 +28,9 @@ from exporter.check import (
     SourceCheck,
     run_checks,
 )
-from exporter.check_report import report, text_lines
+from exporter.check.report import report, text_lines
 from exporter.config import Config
-from exporter.gpu.check import MOUNT_LIBRARIES
+from exporter.sources.nvml.check import MOUNT_LIBRARIES
 from exporter.sources.rapl import FIX_PERMISSION, FIX_RAPL_BARE_METAL, FIX_RAPL_VM
 from tests.conftest import FIXTURES
 from tests.drmhost import RDNA3, write_card

@@ -215,7 +215,7 @@ def _env() -> dict[str, str]:
 
 
 def test_no_wrapper_decides_for_the_agent() -> None:
-    """Header choice is the agent's own (exporter/sources/kheaders.py): nothing in the image
+    """Header choice is the agent's own (exporter/sources/ebpf/kheaders.py): nothing in the image
     sets BCC_KERNEL_SOURCE or shadows the console script."""
     text = DOCKERFILE.read_text()
     assert "BCC_KERNEL_SOURCE" not in text

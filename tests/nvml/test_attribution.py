@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from exporter.attribution import IDLE, ZoneEnergy, attribute
+from exporter.accounting.attribution import IDLE, ZoneEnergy, attribute
 from exporter.cgroupfs.classify import classify_cgroup
 from exporter.gpu.attribution import (
     EVEN,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.idle import PRIOR_SHARE
+from exporter.accounting.idle import PRIOR_SHARE
 from tests.conftest import StartExporter
 from tests.fixturehost import FixtureHost
 from tests.kubeenv import add_nvidia_gpus, kube_node

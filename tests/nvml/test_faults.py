@@ -16,11 +16,11 @@ from pathlib import Path
 import pynvml
 import pytest
 
+from exporter.accounting.monitor import Monitor, MonitorSettings
 from exporter.config import IdlePower
-from exporter.monitor import Monitor, MonitorSettings
 from exporter.sources.hwmon import HwmonSource
-from exporter.sources.nvml import NvmlSource
-from exporter.sources.procfs import ProcfsSource
+from exporter.sources.nvml.source import NvmlSource
+from exporter.sources.procfs.source import ProcfsSource
 from exporter.sources.rapl import RaplSource
 from tests.conftest import StartExporter
 from tests.faults_support import EPS_J, CounterWatch, node_energy, source_up

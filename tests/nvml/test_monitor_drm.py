@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from exporter.accounting.monitor import Monitor, MonitorSettings
 from exporter.gpu.backend import GpuBackend
-from exporter.monitor import Monitor, MonitorSettings
 from exporter.readings import SourceAbsent
 from exporter.snapshot import Snapshot
-from exporter.sources.drm import DrmSource
+from exporter.sources.drm.source import DrmSource
 from tests.drmhost import ARC, PID_A, PID_ARC, PID_B, RDNA3, amdgpu_fdinfo, write_fd, xe_fdinfo
 from tests.nvml.pods import POD_A, POD_B, POD_C, GpuPod
 from tests.nvml.scripted import Clock, GiB, ScriptedGpus, StaticActivity, StaticCpu, gpu_reading

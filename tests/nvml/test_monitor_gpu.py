@@ -14,13 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from exporter.accounting.monitor import Monitor, MonitorSettings
 from exporter.config import IdleAttribution, IdlePower
 from exporter.gpu.accounting import UNKNOWN_PROCESSES
 from exporter.gpu.attribution import GpuHolders
 from exporter.gpu.readings import MigInstanceReading
 from exporter.gpu.snapshot import ENERGY_COUNTER, POWER_INTEGRAL
 from exporter.identity import ContainerRef
-from exporter.monitor import Monitor, MonitorSettings
 from exporter.readings import SourceError, TaskSample
 from exporter.snapshot import Snapshot
 from tests.nvml.pods import H100_PODS, POD_A, POD_B, POD_C, POD_D, GpuPod

@@ -17,7 +17,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 
-from exporter.idle import IdleBaseline, IdleOrigin
+from exporter.accounting.idle import IdleBaseline, IdleOrigin
 
 log = logging.getLogger(__name__)
 

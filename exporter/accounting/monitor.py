@@ -9,23 +9,32 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar, runtime_checkable
 
-from exporter.attribution import (
+from exporter.accounting.attribution import (
     ACTIVE,
     IDLE,
     ZoneEnergy,
     attribute,
 )
+from exporter.accounting.deadline import (
+    TIMEOUT,
+    Call,
+    DeadlineReads,
+    InlineReads,
+    Outcome,
+    SourceReads,
+)
+from exporter.accounting.idle import IdleBaseline
+from exporter.accounting.ledger import CounterTable
+from exporter.accounting.meter import DeviceSample, ZoneMeter
+from exporter.accounting.workloads import WorkloadLedger, energy_items
+from exporter.accounting.zones import workload_zones
 from exporter.cgroupfs.classify import classify_task
 from exporter.config import IdleAttribution, IdlePower
-from exporter.deadline import TIMEOUT, Call, DeadlineReads, InlineReads, Outcome, SourceReads
 from exporter.gpu.accounting import GpuAccounting
 from exporter.gpu.attribution import GpuHolders
 from exporter.gpu.backend import GpuBackend
 from exporter.gpu.merge import GpuMerge
 from exporter.identity import NoNames, WorkloadNames
-from exporter.idle import IdleBaseline
-from exporter.ledger import CounterTable
-from exporter.meter import DeviceSample, ZoneMeter
 from exporter.readings import (
     CpuTimes,
     EnergyReading,
@@ -45,8 +54,6 @@ from exporter.snapshot import (
     Snapshot,
 )
 from exporter.sources.estimate import ESTIMATED, CpuPowerModel
-from exporter.workload_ledger import WorkloadLedger, energy_items
-from exporter.zones import workload_zones
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +97,8 @@ class MonitorSettings:
     attribution_zones: tuple[str, ...] = ()  # empty: chosen from what is measured
     with_processes: bool = False
     retention_s: float = 600.0
-    # Each source read runs on its own thread and is waited for this long (exporter/deadline.py);
-    # None: read inline on the stepping thread, without a deadline.
+    # Each source read runs on its own thread and is waited for this long
+    # (exporter/accounting/deadline.py); None: read inline on the stepping thread, no deadline.
     read_timeout_s: float | None = None
 
 
@@ -358,7 +365,7 @@ class Monitor:
         return {("package", "", ESTIMATED): model.energy_j(usage, dt)}
 
     def _workload_zones(self, zone_energy: Mapping[ZoneId, tuple[float, float]]) -> tuple[str, ...]:
-        """Which zone kinds are split among workloads (exporter/zones.py)."""
+        """Which zone kinds are split among workloads (exporter/accounting/zones.py)."""
         return workload_zones(
             self.settings.attribution_zones,
             self._node_zone_ids(zone_energy),

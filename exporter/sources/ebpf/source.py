@@ -21,8 +21,8 @@ from exporter.cgroupfs.ns import HOST_ROOT, namespace_root, to_host_path
 from exporter.config import ActivitySource as ActivityChoice
 from exporter.config import Config
 from exporter.readings import MapStats, SourceError, TaskSample
-from exporter.sources import bpf_maps
-from exporter.sources.ebpf_accounting import (
+from exporter.sources.ebpf import maps as bpf_maps
+from exporter.sources.ebpf.accounting import (
     Accounting,
     KernelExited,
     KernelTask,
@@ -31,8 +31,9 @@ from exporter.sources.ebpf_accounting import (
     ProcInfo,
     RunningSlice,
 )
-from exporter.sources.ebpf_child import load_in_child
-from exporter.sources.ebpf_load import (
+from exporter.sources.ebpf.child import load_in_child
+from exporter.sources.ebpf.gpu_majors import DeviceClasses
+from exporter.sources.ebpf.load import (
     FIXES,
     IOCTL_TRACEPOINT,
     NO_CGROUP2,
@@ -41,8 +42,7 @@ from exporter.sources.ebpf_load import (
     LoadInfo,
     gpu_device_nodes,
 )
-from exporter.sources.gpu_majors import DeviceClasses
-from exporter.sources.procfs import CLOCK_TICKS, PF_KTHREAD, parse_stat
+from exporter.sources.procfs.source import CLOCK_TICKS, PF_KTHREAD, parse_stat
 from exporter.sourcespec import ACTIVITY, CheckResult, Finding, SourceSpec
 
 log = logging.getLogger(__name__)

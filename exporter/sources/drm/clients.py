@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exporter.sources.drm_fdinfo import DrmClient, parse_fdinfo
+from exporter.sources.drm.fdinfo import DrmClient, parse_fdinfo
 
 log = logging.getLogger(__name__)
 

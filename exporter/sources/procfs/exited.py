@@ -5,7 +5,7 @@ credits each key's increase to the key's container. A process that exits takes t
 since the last read with it, and one that starts and exits between two reads is never seen: a
 container whose work is short-lived processes (a shell loop) lost 96 % of its CPU time.
 
-The kernel charges every process's run time to its cgroup (exporter/sources/cgroupcpu.py) and
+The kernel charges every process's run time to its cgroup (exporter/sources/procfs/cgroupcpu.py) and
 keeps it after the process exits. For every cgroup that holds a live process (and for a few
 intervals after its last one) this module reads that total once per interval and keeps
 
@@ -40,8 +40,8 @@ from typing import Protocol
 from exporter.cgroupfs.classify import classify_cgroup
 from exporter.identity import ContainerRef
 from exporter.readings import TaskKey, TaskSample
-from exporter.sources.cgroupcpu import Location
 from exporter.sources.files import short_error
+from exporter.sources.procfs.cgroupcpu import Location
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ _UNSET = ("", "")
 
 
 class UsageFiles(Protocol):
-    """exporter.sources.cgroupcpu.CgroupCpuFiles."""
+    """exporter.sources.procfs.cgroupcpu.CgroupCpuFiles."""
 
     def locate(self, cgroup_text: str) -> Location | None: ...
 
@@ -162,7 +162,8 @@ class ExitedCpu:
     def _credited(self, samples: Sequence[TaskSample]) -> dict[Location, float]:
         """Per cgroup, the CPU seconds the monitor credits its live processes this interval:
         the increase of each key's value, all of a key seen for the first time (as
-        exporter.monitor takes deltas). Also marks the cgroups that hold a live process."""
+        exporter.accounting.monitor takes deltas). Also marks the cgroups that hold a live
+        process."""
         where = self._where
         if len(where) > MAX_TEXTS:
             where.clear()

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from exporter.readings import SourceError
-from exporter.sources.btf import VMLINUX, Btf, BtfError, offset_flags
 from exporter.sources.caps import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, SELF_STATUS, effective_caps
-from exporter.sources.gpu_majors import DeviceClasses
-from exporter.sources.kheaders import NO_HEADERS, KernelHeaders, find_kernel_headers
+from exporter.sources.ebpf.btf import VMLINUX, Btf, BtfError, offset_flags
+from exporter.sources.ebpf.gpu_majors import DeviceClasses
+from exporter.sources.ebpf.kheaders import NO_HEADERS, KernelHeaders, find_kernel_headers
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class Loaded:
 
 def bpf_source() -> Path:
     """bpf/activity.c beside the package (checkout, editable install) or under share/."""
-    here = Path(__file__).resolve().parent.parent.parent
+    here = Path(__file__).resolve().parents[3]
     candidates = [
         here / "bpf" / BPF_SOURCE_NAME,
         Path(sysconfig.get_paths()["data"]) / "share" / "wattprobe" / "bpf" / BPF_SOURCE_NAME,

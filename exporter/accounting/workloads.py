@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from exporter.attribution import UNATTRIBUTED_TASK, EnergyKey, IntervalAttribution
+from exporter.accounting.attribution import UNATTRIBUTED_TASK, EnergyKey, IntervalAttribution
+from exporter.accounting.ledger import CounterTable, add_into
 from exporter.identity import SYSTEM, ContainerRef
-from exporter.ledger import CounterTable, add_into
 from exporter.readings import TaskKey, TaskSample
 from exporter.snapshot import ContainerCounters, Energy, PodCounters, ProcessCounters
 

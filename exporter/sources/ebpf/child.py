@@ -5,7 +5,7 @@ stays: the exporter measured about 120 MiB resident with the programs loaded in-
 under 40 MiB without (docs/benchmarks.md, docs/performance.md). The kernel needs none of it once
 the programs are loaded: a program lives while something references it, and an attached
 tracepoint is a perf-event FD. So `load_in_child` runs ebpf_load.load() (every check, the compile,
-the attach) in `python -m exporter.sources.ebpf_child`, which sends back over a SOCK_SEQPACKET
+the attach) in `python -m exporter.sources.ebpf.child`, which sends back over a SOCK_SEQPACKET
 socketpair, with SCM_RIGHTS:
 
 - the FD of every attached tracepoint, the perf event of a classic one or the
@@ -15,7 +15,7 @@ socketpair, with SCM_RIGHTS:
 - the LoadInfo, or the SourceError that stopped it,
 
 and leaves with os._exit: bcc's clean-up would disable the perf events the parent now shares.
-The exporter reads the maps with bpf(2) (exporter/sources/bpf_maps.py) and never imports bcc.
+The exporter reads the maps with bpf(2) (exporter/sources/ebpf/maps.py) and never imports bcc.
 The compile's memory peak is the child's, for the second or two it runs.
 """
 
@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from exporter.readings import SourceError
-from exporter.sources.bpf_maps import MapTable, ctype_from_layout, ctype_layout
-from exporter.sources.ebpf_load import (
+from exporter.sources.ebpf.kheaders import KernelHeaders
+from exporter.sources.ebpf.load import (
     LOAD_FAILED,
     MAX_CGROUPS,
     MAX_TASKS,
@@ -42,7 +42,7 @@ from exporter.sources.ebpf_load import (
     Loaded,
     LoadInfo,
 )
-from exporter.sources.kheaders import KernelHeaders
+from exporter.sources.ebpf.maps import MapTable, ctype_from_layout, ctype_layout
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def load_in_child(
     with ours:
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "exporter.sources.ebpf_child", str(theirs.fileno())],
+                [sys.executable, "-m", "exporter.sources.ebpf.child", str(theirs.fileno())],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.PIPE,
             )
@@ -184,7 +184,7 @@ def _map_meta(name: str, table: Any) -> dict[str, Any]:
 
 def child(sock_fd: int) -> None:
     """Load, send, and leave without bcc's clean-up."""
-    from exporter.sources.ebpf_load import load  # noqa: PLC0415 (only the child needs bcc)
+    from exporter.sources.ebpf.load import load  # noqa: PLC0415 (only the child needs bcc)
 
     request = json.loads(sys.stdin.read())
     fds: list[int] = []

@@ -38,7 +38,7 @@ from exporter.gpu.readings import (
     ProcessUtilization,
 )
 from exporter.readings import SourceAbsent, SourceError
-from exporter.sources.nvml_events import XidWatcher
+from exporter.sources.nvml.events import XidWatcher
 
 log = logging.getLogger(__name__)
 

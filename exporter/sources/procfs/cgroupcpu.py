@@ -3,7 +3,7 @@
 /proc shows only live processes, so a process that starts and exits between two reads is in no
 /proc file the /proc activity source reads. The kernel also charges every process's run time to
 its cgroup as it runs, and keeps the total after the process exits: that total is what makes the
-/proc source exact per container (exporter/sources/exited_cpu.py).
+/proc source exact per container (exporter/sources/procfs/exited.py).
 
 A task's cgroup text (/proc/<pid>/cgroup, with its v2 path already made a host path) names the
 file: the "0::" path under the cgroup2 mount when that path is the task's container, else the

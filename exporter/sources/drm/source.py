@@ -7,7 +7,7 @@ Kubernetes device plugins give PodResources.
 
 Per GPU, from the device directory:
 - utilization: amdgpu's gpu_busy_percent; elsewhere the busiest engine class's share of the
-  interval from the clients' fdinfo engine time (exporter/sources/drm_clients.py);
+  interval from the clients' fdinfo engine time (exporter/sources/drm/clients.py);
 - memory: amdgpu's mem_info_vram_used / mem_info_vram_total (bytes);
 - hwmon/hwmonN under the device: power1_input (RDNA3 and newer: instantaneous) or power1_average
   (older amdgpu) in uW, power1_cap (amdgpu) or power1_max (i915/xe) in uW as the limit,
@@ -34,7 +34,7 @@ from pathlib import Path
 from exporter.config import Config
 from exporter.gpu.readings import GpuProcess, GpuReading, GpuReadings, ProcessEngineTime
 from exporter.readings import ABSENT, SourceAbsent, SourceError
-from exporter.sources.drm_clients import (
+from exporter.sources.drm.clients import (
     RECHECK_EVERY,
     ClientUsage,
     DrmClientScanner,

@@ -9,7 +9,7 @@ from pathlib import Path
 from exporter.config import Config
 from exporter.gpu.readings import GpuReading, GpuReadings
 from exporter.readings import ABSENT, SourceError
-from exporter.sources.nvml import NvmlSource
+from exporter.sources.nvml.source import NvmlSource
 from exporter.sourcespec import GPU, CheckResult, Finding, SourceSpec
 
 MOUNT_LIBRARIES = (
@@ -110,5 +110,5 @@ def probe(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
     )
 
 
-# NVML's spec lives with its check: exporter/sources/nvml.py is what this module probes.
+# NVML's spec lives with its check: exporter/sources/nvml/source.py is what this module probes.
 SPEC = SourceSpec(name="nvml", kind=GPU, default_on=True, probe=probe, fixes=FIXES)

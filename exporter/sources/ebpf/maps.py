@@ -3,7 +3,7 @@
 Importing bcc maps LLVM into the process (tens of MiB that stay resident); reading a map needs
 none of it. MapTable offers the part of bcc's table API the eBPF source uses (items,
 items_lookup_batch, items_lookup_and_delete_batch, getitem/delitem, per-CPU getvalue and sum,
-Key and Leaf ctypes types), over a map FD that exporter/sources/ebpf_child.py received from the
+Key and Leaf ctypes types), over a map FD that exporter/sources/ebpf/child.py received from the
 short-lived process that compiled the programs. The ctypes types travel as layouts
 (ctype_layout / ctype_from_layout) built from bcc's own, so the C source stays their only
 definition.

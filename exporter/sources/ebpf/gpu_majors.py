@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from exporter.sources import bpf_maps
+from exporter.sources.ebpf import maps as bpf_maps
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ import click
 from exporter import __version__
 from exporter.agent import Agent
 from exporter.check import exit_status, run_checks
-from exporter.check_report import report, text_lines
-from exporter.cli_kube import kube_options
+from exporter.check.report import report, text_lines
+from exporter.cli.kube import kube_options
 from exporter.config import (
     DEFAULT_PORT,
     ActivitySource,

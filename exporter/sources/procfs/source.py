@@ -14,10 +14,10 @@ from exporter.cgroupfs.ns import HOST_ROOT, namespace_root
 from exporter.config import Config
 from exporter.kernelnum import MAX_DIGITS
 from exporter.readings import CpuTimes, SourceError, TaskSample
-from exporter.sources.cgroupcpu import CgroupCpuFiles
-from exporter.sources.exited_cpu import ExitedCpu
 from exporter.sources.files import short_error as _short
-from exporter.sources.procscan import RECHECK_EVERY, ProcScanner
+from exporter.sources.procfs.cgroupcpu import CgroupCpuFiles
+from exporter.sources.procfs.exited import ExitedCpu
+from exporter.sources.procfs.scan import RECHECK_EVERY, ProcScanner
 from exporter.sourcespec import ACTIVITY, MOUNT_PROCFS, CheckResult, Finding, SourceSpec
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class ProcfsSource:
         total grew beyond what its live processes show. Processes that exit while being read
         are skipped.
 
-        Incremental (exporter/sources/procscan.py): unchanged processes are not parsed again and
+        Incremental (exporter/sources/procfs/scan.py): unchanged processes are not parsed again and
         cgroup files are read for new and exec'd processes, and rechecked every few intervals.
         The cgroup totals cost one read per cgroup that holds a live process.
         """
