@@ -24,7 +24,7 @@ from tests.conftest import FIXTURES
 from tests.faults_support import EPS_J, CounterWatch, node_energy, source_up
 from tests.fixturehost import FixtureHost
 from tests.realparts import require_binary, require_root
-from tests.running import REPO, ExporterProcess, Samples, start_exporter
+from tests.running import REPO, ExporterProcess, Samples, select, start_exporter
 
 INTERVAL = "0.2s"
 STEP_J = 7.5  # energy added to every zone per step: ~37 W at 0.2 s, well inside the limit
@@ -350,3 +350,34 @@ def test_one_garbage_zone_is_a_faulted_reading_while_the_others_read_on(host: Fi
     host.set_energy_uj(broken, before)
     readings = {r.device: r for r in source.read()}
     assert (readings[broken].fault, readings[broken].energy_uj) == ("", before)
+
+
+def test_one_garbage_zone_shows_in_the_exposition_and_recovers(run: Run) -> None:
+    """Issue 15: garbage in one RAPL zone left source_up at 1 and froze the zone with a debug
+    line. Through `wattprobe serve`: within two intervals that zone's wattprobe_device_up is 0
+    and its unreadable count grows while the source stays up; once the file reads again the
+    zone counts what its counter moved by since its last good reading."""
+    broken = "intel-rapl:0:0"
+    ids = {"source": "rapl", "device": broken}
+
+    def health(samples: Samples) -> tuple[float, float]:
+        (up,) = select(samples, "wattprobe_device_up", **ids).values()
+        (bad,) = select(
+            samples, "wattprobe_device_rejected_readings_total", reason="unreadable", **ids
+        ).values()
+        return up, bad
+
+    assert health(run.start) == (1.0, 0.0)
+    good = run.host.energy_uj(broken)
+    garbage(run.host, broken)
+    run.advance([d for d in run.devices if d != broken])
+    faulted = run.watch.next()  # two intervals
+    up, unreadable = health(faulted)
+    assert up == 0.0 and unreadable >= 1
+    assert source_up(faulted, "rapl") == (1.0, "")
+    assert run.counted(faulted, "intel-rapl:0") == pytest.approx(STEP_J, abs=EPS_J)
+    run.host.set_energy_uj(broken, good + round(3 * STEP_J * 1e6))  # it drew on meanwhile
+    recovered = run.watch.next()
+    up, unreadable_after = health(recovered)
+    assert up == 1.0 and unreadable_after >= unreadable  # the count stays: a counter
+    assert run.counted(recovered, broken) == pytest.approx(3 * STEP_J, abs=EPS_J)
