@@ -5,10 +5,15 @@ active energy is all attributed."""
 
 from __future__ import annotations
 
+import io
 import math
 
 import pytest
+from rich.console import Console
 
+from exporter.top.frame import frame_between
+from exporter.top.render import Screen, render
+from exporter.top.scrape import from_text
 from tests.conftest import StartExporter
 from tests.drmhost import RDNA3, amdgpu_fdinfo, write_card, write_fd
 from tests.fixturehost import FixtureHost
@@ -119,3 +124,16 @@ def test_nvidia_and_amd_gpus_served_together(
         )
         assert math.isclose(containers, gpu_energy(index, "active"), rel_tol=1e-9, abs_tol=1e-9)
     assert GPU_IDLE_W == 60.0
+
+    # `wattprobe top --from` this node lists the AMD card beside the H100s, with its power
+    before = from_text(proc.wait_next_interval(), 0.0)
+    use(host, a_ns + 300_000_000, b_ns + 100_000_000)
+    proc.wait_next_interval()
+    after = from_text(proc.wait_next_interval(), 0.0)
+    frame = frame_between(before, after)
+    assert frame is not None
+    console = Console(width=120, height=60, file=io.StringIO(), record=True, color_system=None)
+    console.print(render(frame, Screen("node"), frame.sources, 120, 60))
+    rows = [line.split() for line in console.export_text().splitlines()]
+    amd = [r for r in rows if r[:1] == ["8"]]
+    assert amd and "0x744c" in " ".join(amd[0]) and "85/327" in " ".join(amd[0]), rows
