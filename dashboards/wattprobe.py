@@ -38,7 +38,7 @@ from dashboards.grafana import (
 )
 
 TAGS = ("wattprobe", "energy", "kubernetes")
-CRITICAL_XIDS = "48|63|64|74|79|94|95"  # as in the WattprobeGpuXidError alert
+CRITICAL_XIDS = "48|63|64|74|79|94|95|119|120"  # as in the WattprobeGpuXidError alert
 
 NODE_POWER = "node_zone_source_mode:wattprobe_node_energy_joules:sum_rate5m"
 POD_POWER = "namespace_pod_zone:wattprobe_pod_energy_joules:sum_rate5m"
