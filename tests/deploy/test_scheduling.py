@@ -35,7 +35,7 @@ def tolerates(toleration: Obj, taint: Taint) -> bool:
     operator = toleration.get("operator", "Equal")
     if operator == "Exists":
         return True  # an empty key with Exists matches every key
-    return operator == "Equal" and toleration.get("value", "") == value
+    return operator == "Equal" and bool(toleration.get("value", "") == value)
 
 
 def schedulable(pod: Obj, taints: list[Taint]) -> bool:
@@ -48,7 +48,9 @@ def schedulable(pod: Obj, taints: list[Taint]) -> bool:
 
 
 def agent_pods(objs: list[Obj]) -> dict[str, Obj]:
-    return {ds["metadata"]["name"]: ds["spec"]["template"]["spec"] for ds in of_kind(objs, "DaemonSet")}
+    return {
+        ds["metadata"]["name"]: ds["spec"]["template"]["spec"] for ds in of_kind(objs, "DaemonSet")
+    }
 
 
 def test_the_toleration_model_matches_kubernetes() -> None:
