@@ -802,14 +802,16 @@ def gpu_fleet(settings: Settings) -> JSON:
         ),
         timeseries(
             "ECC errors",
-            "ECC errors per GPU and type, each bar the errors since the previous one. Any "
+            "ECC errors per GPU and type, each bar the errors since the previous one (the first "
+            "bar: since the driver loaded). Any "
             "uncorrected error pages (alert WattprobeGpuEccUncorrected); a steady stream of "
             "corrected ones means wearing memory (XID 92: WattprobeGpuXidWarning).",
             [
                 Query(
-                    "sum by (node, gpu, type) (increase(wattprobe_gpu_ecc_errors_total"
-                    + gpus
-                    + "[$__interval]))",
+                    # as for XIDs: a GPU's errors counted before wattprobe started show too
+                    "sum by (node, gpu, type) ("
+                    + xid_events(f"wattprobe_gpu_ecc_errors_total{gpus}", "$__interval")
+                    + ")",
                     "{{node}} GPU {{gpu}} {{type}}",
                 )
             ],
