@@ -183,6 +183,17 @@ def test_every_runbook_url_points_at_a_complete_section() -> None:
             assert part in sections[anchor], f"runbook #{anchor} lacks {part}"
 
 
+def test_monitoring_doc_lists_every_alert_with_its_severities() -> None:
+    rows = re.findall(
+        r"^\| (Wattprobe\w+) \| ([a-z /]+) \|", (REPO / "docs" / "monitoring.md").read_text(), re.M
+    )
+    documented = {name: set(sev.split(" / ")) for name, sev in rows}
+    actual: dict[str, set[str]] = {}
+    for rule in alert_rules():
+        actual.setdefault(rule["alert"], set()).add(rule["labels"]["severity"])
+    assert documented == actual
+
+
 def test_every_runbook_section_belongs_to_an_alert() -> None:
     alerts = {r["alert"].lower() for r in alert_rules()}
     assert set(runbook_sections()) == alerts
