@@ -38,9 +38,12 @@ from dashboards.grafana import (
 )
 
 TAGS = ("wattprobe", "energy", "kubernetes")
-CRITICAL_XIDS = "48|63|64|74|79|94|95"  # as in the WattprobeGpuXidError alert
+CRITICAL_XIDS = "48|63|64|74|79|94|95|119|120"  # as in the WattprobeGpuXidError alert
 
 NODE_POWER = "node_zone_source_mode:wattprobe_node_energy_joules:sum_rate5m"
+NODE_ZONE_POWER = "node_zone_source:wattprobe_node_energy_joules:sum_rate5m"
+# the clock event reasons of alert WattprobeGpuClocksThrottled: faults, not the power cap
+THROTTLE_REASONS = "hw_slowdown|hw_thermal_slowdown|sw_thermal_slowdown|hw_power_brake_slowdown"
 POD_POWER = "namespace_pod_zone:wattprobe_pod_energy_joules:sum_rate5m"
 NAMESPACE_POWER = "namespace_zone:wattprobe_pod_energy_joules:sum_rate5m"
 POD_ENERGY = "wattprobe_pod_energy_joules_total"
@@ -238,6 +241,21 @@ def cluster_power(settings: Settings) -> JSON:
             "hold) is part of idle here.",
             [Query(f"sum by (zone, mode) ({NODE_POWER}{sel()})", "{{zone}} {{mode}}")],
             "watt",
+        ),
+        timeseries(
+            "Node power against its past day",
+            "Each node zone's power divided by its mean over the past day: 1 is usual. Alert "
+            "WattprobeNodePowerAnomaly fires above 1.5 when the jump is also 4 standard "
+            "deviations and 50 W above that mean for 15 minutes.",
+            [
+                Query(
+                    f"{NODE_ZONE_POWER}{sel()} / avg_over_time({NODE_ZONE_POWER}{sel()}[1d])",
+                    "{{node}} {{zone}} ({{source}})",
+                )
+            ],
+            "none",
+            steps=thresholds(("green", None), ("orange", 1.5)),
+            threshold_style="line",
         ),
         table(
             "Power source per node",
@@ -764,6 +782,42 @@ def gpu_fleet(settings: Settings) -> JSON:
             [Query(f"wattprobe_gpu_clock_hertz{gpus}", "{{node}} GPU {{gpu}} {{clock}}")],
             "hertz",
         ),
+        state_timeline(
+            "GPU throttled",
+            "Whether a fault holds each GPU's clocks down: thermal slowdown, a hardware slowdown "
+            "or the power brake (alert WattprobeGpuClocksThrottled after 10 minutes). The power "
+            "cap is left out: at full load it is normal (panel GPU clocks).",
+            [
+                Query(
+                    "max by (node, gpu) (wattprobe_gpu_clock_event_active"
+                    + sel('gpu=~"$gpu"', f'reason=~"{THROTTLE_REASONS}"')
+                    + ")",
+                    "{{node}} GPU {{gpu}}",
+                )
+            ],
+            mappings=value_map({"0": ("ok", "green"), "1": ("throttled", "red")}),
+            steps=thresholds(("green", None), ("red", 1)),
+            width=12,
+            height=8,
+        ),
+        timeseries(
+            "ECC errors",
+            "ECC errors per GPU and type, each bar the errors since the previous one (the first "
+            "bar: since the driver loaded). Any "
+            "uncorrected error pages (alert WattprobeGpuEccUncorrected); a steady stream of "
+            "corrected ones means wearing memory (XID 92: WattprobeGpuXidWarning).",
+            [
+                Query(
+                    # as for XIDs: a GPU's errors counted before wattprobe started show too
+                    "sum by (node, gpu, type) ("
+                    + xid_events(f"wattprobe_gpu_ecc_errors_total{gpus}", "$__interval")
+                    + ")",
+                    "{{node}} GPU {{gpu}} {{type}}",
+                )
+            ],
+            "none",
+            bars=True,
+        ),
         timeseries(
             "XID errors",
             "XID errors per GPU and code, each bar the events since the previous one. Critical "
@@ -936,6 +990,19 @@ def exporter_health(settings: Settings) -> JSON:
                 Query(
                     f"max by (node, source) (wattprobe_collect_duration_seconds{sel()})",
                     "{{node}} {{source}}",
+                )
+            ],
+            "s",
+        ),
+        timeseries(
+            "Seconds since the last interval",
+            "Age of each agent's last completed interval at the time of the query: about "
+            "--interval when the loop keeps up. Climbing while the target is up means the loop "
+            "stopped and every value is frozen (alert WattprobeIntervalStale).",
+            [
+                Query(
+                    f"time() - max by (node) (wattprobe_last_interval_timestamp_seconds{sel()})",
+                    "{{node}}",
                 )
             ],
             "s",

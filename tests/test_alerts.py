@@ -44,8 +44,17 @@ REQUIRED_ALERTS = {
     # issue 15: per-device health
     "WattprobeDeviceDown",
     "WattprobeDeviceReadingsRejected",
+    # issue 20: what a GPU team pages on, and the agent's own health
+    "WattprobeGpuXidWarning",
+    "WattprobeGpuEccUncorrected",
+    "WattprobeGpuClocksThrottled",
+    "WattprobeIntervalStale",
+    "WattprobeEbpfMapFull",
+    "WattprobeNodePowerAnomaly",
+    "WattprobePodPowerAnomaly",
 }
-ISSUE_CRITICAL_XIDS = {48, 63, 64, 74, 79, 94, 95}
+# issue 20 adds 119/120 (GSP timeout/error: the GPU needs a reset); 31 and 92 do not page
+ISSUE_CRITICAL_XIDS = {48, 63, 64, 74, 79, 94, 95, 119, 120}
 RUNBOOK_SUBSECTIONS = ("**Meaning.**", "**Likely causes", "**What to check", "**How to fix.**")
 
 
@@ -174,6 +183,17 @@ def test_every_runbook_url_points_at_a_complete_section() -> None:
             assert part in sections[anchor], f"runbook #{anchor} lacks {part}"
 
 
+def test_monitoring_doc_lists_every_alert_with_its_severities() -> None:
+    rows = re.findall(
+        r"^\| (Wattprobe\w+) \| ([a-z /]+) \|", (REPO / "docs" / "monitoring.md").read_text(), re.M
+    )
+    documented = {name: set(sev.split(" / ")) for name, sev in rows}
+    actual: dict[str, set[str]] = {}
+    for rule in alert_rules():
+        actual.setdefault(rule["alert"], set()).add(rule["labels"]["severity"])
+    assert documented == actual
+
+
 def test_every_runbook_section_belongs_to_an_alert() -> None:
     alerts = {r["alert"].lower() for r in alert_rules()}
     assert set(runbook_sections()) == alerts
@@ -184,6 +204,22 @@ def test_xid_alert_uses_the_critical_xids_of_the_issue() -> None:
     lists = set(re.findall(r'xid=~"([0-9|]+)"', xid["expr"]))
     assert lists == {CRITICAL_XIDS}, "every branch of the expression uses the same list"
     assert {int(x) for x in CRITICAL_XIDS.split("|")} == ISSUE_CRITICAL_XIDS
+
+
+def test_xids_31_and_92_do_not_page() -> None:
+    """31 is an application's illegal memory access; 92 a high corrected-ECC rate (a ticket)."""
+    for rule in alert_rules():
+        for xids in re.findall(r'xid=~?"([0-9|]+)"', rule["expr"]):
+            listed = set(xids.split("|"))
+            assert "31" not in listed, rule["alert"]
+            if "92" in listed:
+                assert rule["labels"]["severity"] == "warning", rule["alert"]
+
+
+def test_memory_nearly_full_does_not_page() -> None:
+    """Frameworks that pre-allocate GPU memory sit at 95% by design."""
+    rule = next(r for r in alert_rules() if r["alert"] == "WattprobeGpuMemoryNearlyFull")
+    assert rule["labels"]["severity"] == "warning"
 
 
 def test_source_down_excludes_absent_hardware() -> None:

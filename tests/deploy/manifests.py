@@ -21,7 +21,13 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 CRDS = Path(__file__).parent / "crds"
 OVERLAYS = ("default", "kubeedge", "gpu-only", "privileged")
-COMPONENTS = ("nvidia-runtimeclass", "kubelet-fine-grained-authz", "web-config")
+COMPONENTS = (
+    "nvidia-runtimeclass",
+    "kubelet-fine-grained-authz",
+    "web-config",
+    "tolerate-all-noschedule",
+    "critical-priority-quota",
+)
 IMAGE_REPOSITORY = "ghcr.io/wattprobe/wattprobe"
 
 Obj = dict[str, Any]
