@@ -74,7 +74,7 @@ def test_check_on_fixture_tree_passes_and_reports_sources(host: FixtureHost) -> 
     assert report["rapl"]["ok"] and "6 zones" in report["rapl"]["found"]
     assert report["hwmon"]["ok"]
     assert report["procfs"]["ok"] and "22 processes" in report["procfs"]["found"]
-    assert "standby" in report["estimate"]["found"]
+    assert "standby" in report["estimated"]["found"]
 
 
 def test_check_fails_without_an_activity_source(host: FixtureHost) -> None:

@@ -192,12 +192,14 @@ def source_options(func: F) -> F:
 
 def collector_flags(registry: Registry) -> list[Callable[[F], F]]:
     """--collector.NAME/--no-collector.NAME for every switchable source in the registry."""
+    aliases = registry.collector_aliases
     return [
         click.option(
             f"--collector.{name}/--no-collector.{name}",
+            *(f"--collector.{a}/--no-collector.{a}" for a in aliases.get(name, ())),
             f"collector_{name}",
             default=on,
-            envvar=_env(f"collector.{name}"),
+            envvar=[_env(f"collector.{n}") for n in (name, *aliases.get(name, ()))],
             show_envvar=True,
             show_default=True,
             help=registry.collector_help(name),
