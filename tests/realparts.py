@@ -24,7 +24,7 @@ def missing(what: str) -> NoReturn:
 
 def venv_bin() -> str:
     """The bin/ of the Python running the tests: `make pytest` runs `.venv/bin/python -m pytest`
-    without activating the venv, so tools the test extra installs there (kubectl) are not on PATH."""
+    without activating the venv, so what the test extra installs there (kubectl) is not on PATH."""
     return sysconfig.get_path("scripts")
 
 
