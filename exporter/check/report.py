@@ -41,7 +41,7 @@ def report(results: Sequence[CheckResult]) -> dict[str, object]:
 
 def activity_in_use(results: Sequence[CheckResult]) -> str | None:
     """The activity source serve would measure tasks with: eBPF when it works (auto or ebpf),
-    else procfs (eBPF's check is off under --activity-source procfs); None when neither works."""
+    else procfs (eBPF's check is off under --activity.source procfs); None when neither works."""
     working = [r.source for r in results if r.kind == ACTIVITY and r.ok]
     if not working:
         return None

@@ -57,7 +57,7 @@ FIXES: dict[str, str] = {
         "(Debian: linux-headers-amd64), or pass --ebpf.kernel-headers DIR"
     ),
     NO_CGROUP2: (
-        "mount cgroup v2 (unified or hybrid hierarchy); until then use --activity-source procfs"
+        "mount cgroup v2 (unified or hybrid hierarchy); until then use --activity.source procfs"
     ),
     COMPILE_FAILED: (
         "see the compiler output in the log; try another headers set (--ebpf.kernel-headers)"
@@ -66,7 +66,7 @@ FIXES: dict[str, str] = {
     NO_SOURCE: "reinstall wattprobe: bpf/activity.c must ship with it",
     NOT_LIVE_PROCFS: (
         "point --path.procfs at this host's /proc (hostPID: true in Kubernetes), or use "
-        "--activity-source procfs"
+        "--activity.source procfs"
     ),
 }
 

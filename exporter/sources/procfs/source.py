@@ -196,5 +196,5 @@ def _plural(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
-# No flag: /proc/stat always comes from here, and --activity-source picks the task source.
+# No flag: /proc/stat always comes from here, and --activity.source picks the task source.
 SPEC = SourceSpec(name=ProcfsSource.name, kind=ACTIVITY, probe=probe, fixes=FIXES)
