@@ -170,6 +170,7 @@ class Config:
     pod_source: PodSource = PodSource.AUTO
     node_name: str = field(default_factory=lambda: os.environ.get("NODE_NAME", ""))
     log_level: str = "info"
+    log_format: str = "plain"  # plain, logfmt or json (exporter/cli/logformat.py)
     ebpf_kernel_headers: Path | None = None  # None: the running kernel's, else a generic set
     ebpf_gpu_ioctls: GpuIoctls = GpuIoctls.AUTO
     http_limits: HttpLimits = field(default_factory=HttpLimits)

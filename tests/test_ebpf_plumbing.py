@@ -148,7 +148,7 @@ def test_explicit_ebpf_failure_is_a_startup_error_with_the_fix(
     monkeypatch.setattr(EbpfSource, "start", staticmethod(failing_start))
     with pytest.raises(StartupError) as err:
         activity_source(Config(activity_source=ActivitySource.EBPF), ProcfsSource(Path("/proc")))
-    assert str(err.value).startswith("--activity-source ebpf: no tracefs: tracefs is not mounted")
+    assert str(err.value).startswith("--activity.source ebpf: no tracefs: tracefs is not mounted")
     assert "; fix: mount tracefs: mount -t tracefs nodev /sys/kernel/tracing" in str(err.value)
 
 

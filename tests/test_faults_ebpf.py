@@ -59,7 +59,7 @@ def test_auto_falls_back_to_procfs_and_says_why(tmp_path: Path) -> None:
 def test_explicit_ebpf_and_check_name_the_fix() -> None:
     prefix = without_tracefs()
     line = explicit_ebpf_refusal(prefix)
-    assert line.startswith("wattprobe: error: --activity-source ebpf: no tracefs")
+    assert line.startswith("wattprobe: error: --activity.source ebpf: no tracefs")
     assert "fix: mount tracefs" in line
     check = subprocess.run(
         [*prefix, sys.executable, "-m", "exporter", "check", "--json"],

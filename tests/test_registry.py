@@ -136,7 +136,7 @@ def test_built_in_defaults() -> None:
     assert REGISTRY.collector_defaults == {
         "rapl": True,
         "hwmon": True,
-        "estimate": True,
+        "estimated": True,
         "nvml": True,
         "drm": True,
         "process": False,

@@ -21,6 +21,7 @@ from exporter import __version__
 from exporter.agent import Agent
 from exporter.check import exit_status, run_checks
 from exporter.check.report import report, text_lines
+from exporter.cli import logformat
 from exporter.cli.kube import kube_options
 from exporter.config import (
     DEFAULT_PORT,
@@ -139,9 +140,14 @@ def source_options(func: F) -> F:
             type=click.Path(path_type=Path),
             help="cgroup mount root [default: <sysfs>/fs/cgroup]",
         ),
-        _option(
+        click.option(
+            "--activity.source",
+            # the first name, kept as an alias; the dotted one matches the other flags
             "--activity-source",
             "activity_source",
+            envvar=_env("--activity.source"),  # WATTPROBE_ACTIVITY_SOURCE, as before
+            show_envvar=True,
+            show_default=True,
             default="auto",
             type=click.Choice([a.value for a in ActivitySource]),
             help="what measures per-task CPU time: auto, ebpf or procfs",
@@ -183,6 +189,13 @@ def source_options(func: F) -> F:
             type=click.Choice(["debug", "info", "warn", "error"]),
             help="log level",
         ),
+        _option(
+            "--log.format",
+            "log_format",
+            default=logformat.PLAIN,
+            type=click.Choice(logformat.FORMATS),
+            help="log line format: plain (for people), logfmt or json (for log shippers)",
+        ),
     ]
     opts += collector_flags(REGISTRY)
     for opt in reversed(opts):
@@ -192,12 +205,14 @@ def source_options(func: F) -> F:
 
 def collector_flags(registry: Registry) -> list[Callable[[F], F]]:
     """--collector.NAME/--no-collector.NAME for every switchable source in the registry."""
+    aliases = registry.collector_aliases
     return [
         click.option(
             f"--collector.{name}/--no-collector.{name}",
+            *(f"--collector.{a}/--no-collector.{a}" for a in aliases.get(name, ())),
             f"collector_{name}",
             default=on,
-            envvar=_env(f"collector.{name}"),
+            envvar=[_env(f"collector.{n}") for n in (name, *aliases.get(name, ()))],
             show_envvar=True,
             show_default=True,
             help=registry.collector_help(name),
@@ -316,11 +331,12 @@ def _config(**kw: Any) -> Config:
     return Config(collectors=collectors, **kw)
 
 
-def _setup_logging(level: str) -> None:
+def _setup_logging(level: str, log_format: str = logformat.PLAIN) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logformat.formatter(log_format))
     logging.basicConfig(
         level={"warn": logging.WARNING}.get(level, getattr(logging, level.upper())),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+        handlers=[handler],
     )
 
 
@@ -379,7 +395,7 @@ def serve(**kw: Any) -> None:
     web = _load_web_config(kw["web_config_file"])
     kw["http_limits"] = _http_limits(kw)
     config = _config(**kw)
-    _setup_logging(config.log_level)
+    _setup_logging(config.log_level, config.log_format)
     run_server(config, web)
 
 
@@ -467,7 +483,7 @@ def check(as_json: bool, **kw: Any) -> None:
     2 on a usage error (a bad flag or value).
     """
     config = _config(**kw)
-    _setup_logging("error" if config.log_level == "info" else config.log_level)
+    _setup_logging("error" if config.log_level == "info" else config.log_level, config.log_format)
     results = run_checks(config)
     status = exit_status(results)
     if as_json:
@@ -513,7 +529,7 @@ def top(from_url: str | None, interval_s: float | None, once: bool, **kw: Any) -
     if not kw["node_name"]:
         kw.pop("node_name")
     config = _config(**kw)
-    _setup_logging("warn" if config.log_level == "info" else config.log_level)
+    _setup_logging("warn" if config.log_level == "info" else config.log_level, config.log_format)
     try:
         status = run_top(config, from_url=from_url, interval_s=interval_s, once=once)
     except TopError as exc:

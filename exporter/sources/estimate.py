@@ -16,7 +16,10 @@ from exporter.sources.procfs.source import FIXES as PROCFS_FIXES
 from exporter.sources.procfs.source import ProcfsSource
 from exporter.sourcespec import POWER, CheckResult, Finding, SourceSpec
 
-ESTIMATED = "estimated"  # the source label of its readings
+# One name everywhere: the check entry, --collector.estimated and the source label of its readings
+# (source="estimated" in /metrics, which alerts and dashboards match on). --collector.estimate, the
+# flag's first name, stays as an alias.
+ESTIMATED = "estimated"
 IDLE_W_PER_CPU = 0.74
 MAX_W_PER_CPU = 3.5
 
@@ -55,10 +58,10 @@ def probe(config: Config, earlier: Sequence[CheckResult]) -> Finding:
 
 # Not read like the others: the monitor applies the model to /proc/stat (exporter/wiring.py).
 SPEC = SourceSpec(
-    name="estimate",
+    name=ESTIMATED,
     kind=POWER,
     default_on=True,
     probe=probe,
-    zone_source=ESTIMATED,
+    flag_aliases=("estimate",),
     workload_zones=(("package",),),  # the model estimates the package alone
 )

@@ -148,6 +148,9 @@ class RaplSource:
 # -- wattprobe check -------------------------------------------------------------------------
 
 FIX_ABSENT = "no RAPL here (VMs, non-x86 boards): nothing to fix; hwmon or the estimate is used"
+# what stands in for RAPL, in the hints above, when --no-collector.estimated switched it off
+STAND_IN = "hwmon or the estimate is used"
+STAND_IN_NO_ESTIMATE = "hwmon is used if it works (the estimate is off: --no-collector.estimated)"
 # failures of a driver rather than of access: what to look at
 FIX_RAPL_DRIVER = (
     "the powercap driver misbehaves: look for intel_rapl in `dmesg`, then reload it "
@@ -155,7 +158,7 @@ FIX_RAPL_DRIVER = (
 )
 FIX_RAPL_VM = (
     "this is a virtual machine: hypervisors rarely pass RAPL through, nothing to fix here; "
-    "the estimate (or hwmon) is used"
+    "hwmon or the estimate is used"
 )
 FIX_RAPL_BARE_METAL = (
     "x86 bare metal has RAPL: load its driver with `modprobe intel_rapl_msr` (AMD Zen needs "
@@ -176,6 +179,11 @@ def _is_virtual_machine(procfs: Path) -> bool | None:
     return "hypervisor" in flags.split()
 
 
+def _estimate_on(config: Config) -> bool:
+    """--collector.estimated (on by default; the registry, above sources, says so too)."""
+    return config.collectors is None or "estimated" in config.collectors
+
+
 def probe(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
     missing = missing_sysfs_class(config, "RAPL zone")
     if missing is not None:
@@ -189,6 +197,8 @@ def probe(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
             vm = _is_virtual_machine(config.procfs)
             if vm is not None:
                 fix = FIX_RAPL_VM if vm else FIX_RAPL_BARE_METAL
+            if not _estimate_on(config):
+                fix = fix.replace(STAND_IN, STAND_IN_NO_ESTIMATE)
         return Finding.failed(exc, fix)
     zones, duplicates = discover_zones(source.powercap)
     # a zone that failed is a reading with a fault; one not read at all vanished meanwhile

@@ -93,13 +93,28 @@ def _clock(wall: float | None) -> str:
 # -- sections ----------------------------------------------------------------------------
 
 
+HEADER_NAME = "wattprobe top"
+MIN_SOURCE = 28  # the URL read (--from) is cut in the middle down to this before the right side
+
+
 def header(frame: Frame | None, screen: Screen, width: int) -> list[RenderableType]:
-    left = Text("wattprobe top", style="bold")
-    left.append(f"  {screen.source}", style="cyan")
-    right = ""
+    """Name, source, and on the right the interval and the time it ends. The time is what a
+    reader checks first (is this live?): the URL read is cut before it, then CPU busy and
+    "avg over" go, so the clock stays on screen at 80 columns."""
+    rights = [""]
     if frame is not None:
+        clock = _clock(frame.wall_time)
+        span = f"avg over {frame.seconds:.1f}s to {clock}"
         busy = f"CPU busy {frame.cpu_usage:.0%}  " if frame.cpu_usage is not None else ""
-        right = f"{busy}avg over {frame.seconds:.1f}s to {_clock(frame.wall_time)}"
+        rights = [f"{busy}{span}", span, f"{frame.seconds:.1f}s to {clock}", clock]
+    fixed = len(HEADER_NAME) + 2 + 1  # two spaces before the source, at least one after it
+    right = next(
+        (r for r in rights if width - fixed - len(r) >= min(MIN_SOURCE, len(screen.source))),
+        rights[-1],
+    )
+    source = middle_ellipsis(screen.source, max(width - fixed - len(right), 1))
+    left = Text(HEADER_NAME, style="bold")
+    left.append(f"  {source}", style="cyan")
     gap = max(width - len(left) - len(right), 1)
     left.append(" " * gap + right)
     return [_line(left)]

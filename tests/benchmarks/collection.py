@@ -153,7 +153,7 @@ def measure_live(ctx: Context, count: int, rounds: int) -> Scale:
             Config(
                 activity_source=ActivitySource.PROCFS,
                 pod_source=PodSource.NONE,
-                collectors=frozenset({"rapl", "hwmon", "estimate"}),
+                collectors=frozenset({"rapl", "hwmon", "estimated"}),
             )
         )
         try:

@@ -114,12 +114,12 @@ def test_everything_present(host: FixtureHost, h100: Scenario, fake_nvml_dir: Pa
     result = check(*args, env=nvml_env(fake_nvml_dir, h100))
     assert result.code == 0
     assert result.report["schema_version"] == 1
-    assert result.report["power"] == ["rapl", "hwmon", "estimate", "nvml", "drm"]
+    assert result.report["power"] == ["rapl", "hwmon", "estimated", "nvml", "drm"]
     drm = result.source("drm")
     assert drm["status"] == "ok" and drm["found"] == f"1 GPUs: {RDNA3.pci} (amd)"
     assert drm["items"][0].startswith(f"card0 {RDNA3.pci} AMD GPU 0x744c (amdgpu) [amdgpu]: ")
     assert result.report["activity"] == ["procfs"]
-    assert result.names()[:6] == ["procfs", "ebpf", "rapl", "hwmon", "estimate", "nvml"]
+    assert result.names()[:6] == ["procfs", "ebpf", "rapl", "hwmon", "estimated", "nvml"]
     assert result.source("ebpf")["status"] == "disabled"
 
     procfs = result.source("procfs")
@@ -140,20 +140,27 @@ def test_everything_present(host: FixtureHost, h100: Scenario, fake_nvml_dir: Pa
         "amdgpu_ppt (0000:03:00.0, power reading), at most 203 W",  # its power1_cap
         "i915_energy1 (0000:00:02.0, energy counter)",
     ]
-    assert result.source("estimate")["found"].startswith("standby: measured power is available")
+    assert result.source("estimated")["found"].startswith("standby: measured power is available")
     nvml = result.source("nvml")
     assert nvml["status"] == "ok"
     assert len(nvml["items"]) == 8
     assert nvml["items"][0] == f"0 NVIDIA H100 80GB HBM3 (MIG off) {H100_UUID_0}"
 
     lines = result.text.splitlines()
-    assert lines[0].startswith("OK   procfs     4 CPUs")
-    assert "OK   nvml       driver 550.54.15" in result.text
-    assert "                - 0 NVIDIA H100 80GB HBM3 (MIG off)" in result.text
+    # the widest name (podresources) sets the column: every row's text starts at the same place
+    assert lines[0].startswith("OK   procfs       4 CPUs")
+    assert "OK   nvml         driver 550.54.15" in result.text
+    assert "                  - 0 NVIDIA H100 80GB HBM3 (MIG off)" in result.text
     assert "FAIL" not in result.text and "n/a" not in result.text
-    assert "off  ebpf       disabled" in result.text
+    # nothing to fix on a working source: fix and hint are null, not a sentence
+    assert all(s["fix"] is None and s["hint"] is None for s in result.report["sources"] if s["ok"])
+    assert result.report["activity_source"] == "procfs"
+    assert "off  ebpf         disabled" in result.text
+    rows = [line for line in lines if line[:4].strip() in ("OK", "FAIL", "n/a", "off")]
+    assert [row.split()[1] for row in rows] == result.names()
+    assert all(row[17] == " " and row[18] != " " for row in rows), rows
     assert lines[-1] == (
-        "ready: power measured by rapl, hwmon, nvml, drm; activity from procfs (exit 0)"
+        "ready: power measured by rapl, hwmon, nvml, drm; per-process activity from procfs (exit 0)"
     )
 
 
@@ -164,9 +171,9 @@ def test_no_rapl_is_not_applicable_not_a_failure(host: FixtureHost) -> None:
     rapl = result.source("rapl")
     assert rapl["status"] == "absent" and rapl["ok"] is False and rapl["reason"] == "absent"
     assert "no RAPL zones" in rapl["detail"]
-    assert result.report["power"] == ["hwmon", "estimate"]
+    assert result.report["power"] == ["hwmon", "estimated"]
     assert any(
-        line.startswith("n/a  rapl       absent: no RAPL zones")
+        line.startswith("n/a  rapl         absent: no RAPL zones")
         for line in result.text.splitlines()
     )
     assert "FAIL rapl" not in result.text
@@ -184,7 +191,17 @@ def test_no_rapl_hint_depends_on_vm_or_bare_metal(host: FixtureHost, flags: str,
     )
     result = check(*host.args(), env=NO_NVML)
     assert result.source("rapl")["status"] == "absent"
-    assert result.source("rapl")["fix"] == fix
+    # nothing to fix: the JSON's fix is null, what it means is the hint
+    assert result.source("rapl")["fix"] is None
+    assert result.source("rapl")["hint"] == fix
+    if fix == FIX_RAPL_VM:
+        assert "hwmon or the estimate is used" in fix
+        # with the estimate switched off (its old flag name still works) the hint does not
+        # promise it
+        result = check(*host.args(), "--no-collector.estimate", env=NO_NVML)
+        hint = result.source("rapl")["hint"]
+        assert result.source("estimated")["status"] == "disabled"
+        assert "estimate is used" not in hint and "the estimate is off" in hint, hint
 
 
 def test_a_faulted_zone_and_sensor_are_named_with_their_fault(host: FixtureHost) -> None:
@@ -207,7 +224,7 @@ def test_no_sysfs_is_a_failure_with_the_mount_to_fix(host: FixtureHost) -> None:
         entry = result.source(name)
         assert entry["status"] == "fail" and entry["reason"] == "no sysfs"
         assert entry["fix"] == MOUNT_SYSFS
-    assert result.source("estimate")["found"].startswith("in use: no power sensor found")
+    assert result.source("estimated")["found"].startswith("in use: no power sensor found")
     assert result.code == 0  # the estimate still measures power, and says so
     assert "power estimated (no sensor works)" in result.text.splitlines()[-1]
     assert "FAIL rapl" in result.text and f"fix: {MOUNT_SYSFS}" in result.text
@@ -228,7 +245,7 @@ def test_rapl_unreadable_without_privileges_names_the_capability() -> None:
     assert rapl["status"] == "fail" and rapl["reason"] == "permission denied"
     assert rapl["fix"] == FIX_PERMISSION and "CAP_DAC_READ_SEARCH" in rapl["fix"]
     assert result.code == 0  # hwmon still measures
-    assert "FAIL rapl       permission denied:" in result.text
+    assert "FAIL rapl         permission denied:" in result.text
 
 
 def test_no_nvml_library_on_a_node_without_nvidia_driver_is_absent(host: FixtureHost) -> None:
@@ -247,7 +264,7 @@ def test_no_nvml_library_with_the_driver_loaded_is_a_failure(host: FixtureHost) 
     assert nvml["status"] == "fail" and nvml["reason"] == "library not found"
     assert nvml["fix"] == MOUNT_LIBRARIES and "NVIDIA_VISIBLE_DEVICES=all" in nvml["fix"]
     assert result.code == 0  # CPU power is still measured
-    assert "FAIL nvml       library not found" in result.text
+    assert "FAIL nvml         library not found" in result.text
     assert f"fix: {MOUNT_LIBRARIES}" in result.text
 
 
@@ -263,14 +280,14 @@ def test_without_an_activity_source_exit_1(host: FixtureHost) -> None:
 
 
 def test_without_a_power_source_exit_1(host: FixtureHost) -> None:
-    off = [f"--no-collector.{name}" for name in ("rapl", "hwmon", "estimate", "nvml")]
+    off = [f"--no-collector.{name}" for name in ("rapl", "hwmon", "estimated", "nvml")]
     result = check(*host.args(), *off)
     assert result.code == 1
-    for name in ("rapl", "hwmon", "estimate", "nvml"):
+    for name in ("rapl", "hwmon", "estimated", "nvml"):
         entry = result.source(name)
         assert entry["status"] == "disabled"
-        assert entry["fix"] == f"--collector.{name} to enable"
-    assert "off  rapl       disabled" in result.text
+        assert entry["fix"] is None and entry["hint"] == f"--collector.{name} to enable"
+    assert "off  rapl         disabled" in result.text
     assert "not ready: no power source works" in result.text
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 
 import pytest
 from rich.console import Console, RenderableType
@@ -144,3 +145,28 @@ def test_the_waiting_screen_fits_too() -> None:
     lines = screen_lines(render(None, screen, (), 80, 24), 80, 24)
     assert len(lines) == 24
     assert any("measuring the first interval (0.4s of ~2s)..." in line for line in lines)
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 200])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "this node",
+        "http://gpu-node-17.us-east1-b.c.a-long-project.internal:28390/metrics",
+    ],
+)
+def test_the_header_keeps_the_time_at_any_width(width: int, source: str) -> None:
+    """`top --from URL` at 80 columns: the URL gives way, the time of the frame stays."""
+    frame = make_frame(gpus=1, pods=3, zones=1)
+    lines = screen_lines(render(frame, Screen(source), frame.sources, width, 24), width, 24)
+    clock = time.strftime("%H:%M:%S", time.localtime(frame.wall_time))
+    assert lines[0].rstrip().endswith(clock), lines[0]
+    assert len(lines[0]) <= width
+    assert lines[0].startswith("wattprobe top  ")
+    if len(source) + 40 <= width:
+        assert source in lines[0] and "avg over" in lines[0]  # room: nothing is cut
+    else:
+        # cut in the middle: the host's start and the port/path end still say which node
+        assert "\u2026" in lines[0] and "http://gpu-" in lines[0] and "/metrics " in lines[0], (
+            lines[0]
+        )

@@ -41,9 +41,11 @@ NOT_LIVE_PROCFS = "procfs not live"
 
 FIXES: dict[str, str] = {
     NO_BCC: "install Debian's python3-bpfcc (the image and scripts/setup-debian.sh do)",
+    # The one fix that matches deploy/: uid 0 (it owns tracefs, RAPL and the kubelet's files, so no
+    # CAP_DAC_READ_SEARCH: docs/install.md) with BPF and PERFMON added to the container.
     PERMISSION: (
-        "run as root (privileged: true in Kubernetes), or grant CAP_BPF, CAP_PERFMON and "
-        "CAP_DAC_READ_SEARCH (CAP_SYS_ADMIN on kernels before 5.8)"
+        "run as uid 0 with CAP_BPF and CAP_PERFMON added (deploy/'s DaemonSet adds BPF, PERFMON "
+        "and SYS_RESOURCE; kernels before 5.8 need CAP_SYS_ADMIN instead)"
     ),
     NO_TRACEFS: (
         "mount tracefs: mount -t tracefs nodev /sys/kernel/tracing "
@@ -55,7 +57,7 @@ FIXES: dict[str, str] = {
         "(Debian: linux-headers-amd64), or pass --ebpf.kernel-headers DIR"
     ),
     NO_CGROUP2: (
-        "mount cgroup v2 (unified or hybrid hierarchy); until then use --activity-source procfs"
+        "mount cgroup v2 (unified or hybrid hierarchy); until then use --activity.source procfs"
     ),
     COMPILE_FAILED: (
         "see the compiler output in the log; try another headers set (--ebpf.kernel-headers)"
@@ -64,7 +66,7 @@ FIXES: dict[str, str] = {
     NO_SOURCE: "reinstall wattprobe: bpf/activity.c must ship with it",
     NOT_LIVE_PROCFS: (
         "point --path.procfs at this host's /proc (hostPID: true in Kubernetes), or use "
-        "--activity-source procfs"
+        "--activity.source procfs"
     ),
 }
 
@@ -144,8 +146,11 @@ def check_privileges(status_path: Path = SELF_STATUS) -> None:
     has = {c for c in (CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF) if caps & (1 << c)}
     if CAP_SYS_ADMIN in has or {CAP_BPF, CAP_PERFMON} <= has:
         return
-    who = "root without the needed capabilities" if os.geteuid() == 0 else "not root"
-    raise SourceError(PERMISSION, f"{who}: needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN")
+    lacking = " and ".join(
+        n for c, n in ((CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")) if c not in has
+    )
+    who = f"uid {os.geteuid()}" + (" (root)" if os.geteuid() == 0 else "")
+    raise SourceError(PERMISSION, f"{who} without {lacking}: eBPF needs CAP_BPF and CAP_PERFMON")
 
 
 def find_tracefs(candidates: tuple[Path, ...] = TRACEFS_DIRS) -> Path:

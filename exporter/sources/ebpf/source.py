@@ -348,8 +348,8 @@ def probe(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
     if config.activity_source is ActivityChoice.PROCFS:
         return Finding(
             False,
-            reason="disabled by --activity-source procfs",
-            fix="--activity-source auto (or ebpf) to use it",
+            reason="disabled by --activity.source procfs",
+            fix="--activity.source auto (or ebpf) to use it",
             disabled=True,
         )
     try:
@@ -375,5 +375,5 @@ def probe(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
     )
 
 
-# No flag: --activity-source chooses between eBPF and procfs (exporter/wiring.py).
+# No flag: --activity.source chooses between eBPF and procfs (exporter/wiring.py).
 SPEC = SourceSpec(name=NAME, kind=ACTIVITY, probe=probe, fixes=FIXES)

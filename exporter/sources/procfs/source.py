@@ -151,8 +151,21 @@ class ProcfsSource:
 
 # -- wattprobe check -------------------------------------------------------------------------
 
-INIT_COMMS = ("systemd", "init")
 FIXES = {"read error": MOUNT_PROCFS}
+# The kernel's initial PID namespace has a fixed inode (PROC_PID_INIT_INO): PID 1 of a /proc
+# whose /proc/1/ns/pid names another one lives in a container's PID namespace. The name of
+# PID 1 says nothing (a VM's init may be called anything).
+HOST_PID_NS = "pid:[4026531836]"
+
+
+def container_pid_namespace(procfs: Path) -> str | None:
+    """PID 1's namespace when it is not the host's; None on the host's /proc or when unknown
+    (no such link in a fixture tree, or no permission to read it: no guess then)."""
+    try:
+        ns = os.readlink(procfs / "1" / "ns" / "pid")
+    except OSError:
+        return None
+    return None if ns == HOST_PID_NS else ns
 
 
 def probe(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
@@ -168,12 +181,12 @@ def probe(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
     found = (
         f"{cpu.ncpu} CPUs, {len(tasks)} processes, {in_containers} in containers ({len(pods)} pods)"
     )
-    init = next((t.comm for t in tasks if t.pid == 1), "")
-    if not in_containers and init and init not in INIT_COMMS:
-        # PID 1 is not an init system: most likely a container's own /proc
+    ns = container_pid_namespace(config.procfs)
+    if ns is not None:
+        init = next((t.comm for t in tasks if t.pid == 1), "?")
         found += (
-            f"; PID 1 is {init!r}, so this may be a container's own /proc: "
-            "for the host's processes use hostPID and --path.procfs"
+            f"; PID 1 ({init!r}) is in {ns}, not the host's PID namespace: this is a "
+            "container's own /proc; for the host's processes use hostPID and --path.procfs"
         )
     items = [f"pod {uid}: {_plural(n, 'process', 'processes')}" for uid, n in sorted(pods.items())]
     return Finding.works(found, items)
@@ -183,5 +196,5 @@ def _plural(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
-# No flag: /proc/stat always comes from here, and --activity-source picks the task source.
+# No flag: /proc/stat always comes from here, and --activity.source picks the task source.
 SPEC = SourceSpec(name=ProcfsSource.name, kind=ACTIVITY, probe=probe, fixes=FIXES)
