@@ -291,8 +291,10 @@ def test_explicit_ebpf_without_privileges_exits_with_one_line() -> None:
     require_root()
     setpriv = require_binary("setpriv")
     line = explicit_ebpf_refusal([setpriv, "--bounding-set", "-sys_admin,-bpf,-perfmon", "--"])
-    assert line.startswith("wattprobe: error: --activity-source ebpf: permission denied")
-    assert "fix: run as root" in line
+    assert line.startswith("wattprobe: error: --activity.source ebpf: permission denied")
+    # root, but without the capabilities: say which, and the fix the shipped manifests use
+    assert "uid 0 (root) without CAP_BPF and CAP_PERFMON" in line
+    assert "deploy/'s DaemonSet adds BPF, PERFMON" in line
 
 
 def test_check_reports_ebpf_and_its_headers() -> None:
