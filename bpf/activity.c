@@ -18,7 +18,9 @@
 //   tasks    LRU hash, tgid -> task_val   cumulative work of a live process; after it exits the
 //                                         entry stays as a tombstone (dead_ns != 0) until
 //                                         userspace has read it and deletes it
-//   exited   LRU hash, cgroup id -> exited_val   work of exited processes, per cgroup v2 id
+//   exited   LRU hash, cgroup id -> exited_val   work of exited processes, per cgroup v2 id;
+//                                         per-cgroup mode: also the live work of every process
+//                                         without its own entry (key 0: kernel threads)
 //   running  per-CPU array[1]              start and thread id of the slice now on each CPU,
 //                                         so userspace can count long-running slices in flight,
 //                                         and the GPU ioctls of that slice so far
@@ -45,7 +47,9 @@
 // WATTPROBE_IOCTLS (syscalls:sys_enter_ioctl exists; then the WATTPROBE_OFF_* offsets from BTF),
 // WATTPROBE_EXEC (sched_process_exec exists),
 // WATTPROBE_CGROUP_ATTACH (cgroup:cgroup_attach_task with a 64-bit dst_id exists),
-// WATTPROBE_CGROUP_PATHS (cgroup:cgroup_mkdir exists).
+// WATTPROBE_CGROUP_PATHS (cgroup:cgroup_mkdir exists),
+// WATTPROBE_PER_CGROUP (sum per cgroup; own entries only for processes that made a GPU ioctl;
+// then WATTPROBE_ROOT_CGROUP and WATTPROBE_OFF_TASK_FLAGS to tell kernel threads apart).
 
 // GPU ioctls: _IOC type 'F' (0x46) on an NVIDIA character device (/dev/nvidia*), and type 'd'
 // (0x64) on a DRM one (/dev/dri/*). The type alone is not enough: framebuffer (FBIO*) ioctls
@@ -136,9 +140,49 @@ static __always_inline void add_exited(u64 cgroup_id, u64 ns, u64 nv, u64 drm) {
     add_work(&e->on_cpu_ns, e->ioctls, ns, nv, drm);
 }
 
+#ifdef WATTPROBE_PER_CGROUP
+#ifdef WATTPROBE_OFF_TASK_FLAGS
+#define PF_KTHREAD_ 0x00200000
+#endif
+// The exited-map key the current task's work is summed under: its cgroup v2 id, or 0 for a
+// kernel thread. Kernel threads sit in the root cgroup together with host processes (on hosts
+// without systemd); telling them apart costs one read of task->flags (offset from BTF), paid
+// only by tasks of the root cgroup. Without BTF the root cgroup's sum has both.
+static __always_inline u64 cgroup_key(void) {
+    u64 id = bpf_get_current_cgroup_id();
+#if defined(WATTPROBE_OFF_TASK_FLAGS) && defined(WATTPROBE_ROOT_CGROUP)
+    if (id == WATTPROBE_ROOT_CGROUP) {
+        u32 flags = 0;
+        if (bpf_probe_read_kernel(&flags, sizeof(flags),
+                                  (void *)(bpf_get_current_task() + WATTPROBE_OFF_TASK_FLAGS)) == 0 &&
+            (flags & PF_KTHREAD_))
+            return 0;
+    }
+#endif
+    return id;
+}
+#endif
+
 // Adds ns of CPU time and nv, drm GPU ioctls to the current process.
+//
+// Per-cgroup mode (WATTPROBE_PER_CGROUP, the default unless per-process metrics are wanted):
+// a process has its own entry only once it has made a GPU ioctl ("tracked": GPU attribution
+// needs its ioctls by PID). Everything else is summed per cgroup in the exited map, so
+// userspace reads one entry per busy cgroup instead of one per process. A slice goes to exactly
+// one of the two, so nothing is counted twice; a process's work before its first GPU ioctl
+// stays in its cgroup's sum.
 static __always_inline void account(u32 tgid, u64 ns, u64 nv, u64 drm, bool exiting) {
+#if defined(WATTPROBE_PER_CGROUP) && !defined(WATTPROBE_IOCTLS)
+    struct task_val *v = NULL;  // no ioctl probe, no tracked process: no look-up by tgid at all
+#else
     struct task_val *v = tasks.lookup(&tgid);
+#endif
+#ifdef WATTPROBE_PER_CGROUP
+    if (!v && !(nv | drm)) {
+        add_exited(cgroup_key(), ns, 0, 0);
+        return;
+    }
+#endif
     if (!v) {
         u64 cgroup_id = bpf_get_current_cgroup_id();
         if (exiting) {
@@ -295,6 +339,9 @@ TRACEPOINT_PROBE(sched, sched_process_exit) {
     u64 now = bpf_ktime_get_boot_ns();
     struct task_val *v = tasks.lookup(&tgid);
     if (!v) {
+#ifdef WATTPROBE_PER_CGROUP
+        return 0;  // not tracked: its work is already in its cgroup's sum, its last slice too
+#endif
         // never switched out since load (a short-lived process): leave a tombstone so that its
         // last slice goes to exited instead of making a live entry
         struct task_val tomb = {};

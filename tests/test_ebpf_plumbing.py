@@ -124,7 +124,7 @@ def test_startup_status_is_in_every_snapshot() -> None:
         }
 
 
-def failing_start(*_args: object) -> EbpfSource:
+def failing_start(*_args: object, **_kwargs: object) -> EbpfSource:
     raise SourceError(ebpf_load.NO_TRACEFS, "tracefs is not mounted at /sys/kernel/tracing")
 
 

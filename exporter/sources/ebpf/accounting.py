@@ -37,6 +37,7 @@ ORPHAN_QUIET_READS = 2  # an orphan unchanged this long, whose process is gone, 
 EXITED_QUIET_READS = 2  # an exited total unchanged this long stops being reported
 EXITED_FORGET_READS = 60  # ... and is forgotten this long after, once its cgroup is gone
 START_SLACK_NS = 20_000_000  # /proc start times are in clock ticks: allow two of them
+KERNEL_THREADS = 0  # per-cgroup mode: the exited-map key kernel threads are summed under
 
 Counts = tuple[int, int]  # per driver, in DRIVERS order
 
@@ -166,13 +167,27 @@ class _ExitedLedger:
 class Accounting:
     """Keeps the per-entry, per-key and per-cgroup state across reads."""
 
-    def __init__(self, procs: ProcessTable, cgroups: CgroupPaths) -> None:
+    def __init__(
+        self,
+        procs: ProcessTable,
+        cgroups: CgroupPaths,
+        *,
+        per_process: bool = True,
+        kernel_threads_apart: bool = False,
+    ) -> None:
+        """per_process: the kernel keeps an entry per process (False: per-cgroup mode, where
+        only processes that made a GPU ioctl have one and the rest is summed per cgroup in the
+        exited map). kernel_threads_apart: in per-cgroup mode, the kernel sums kernel threads
+        under cgroup id 0 (KERNEL_THREADS)."""
         self._procs = procs
         self._cgroups = cgroups
+        self._per_process = per_process
+        self._kthreads_apart = kernel_threads_apart
         self._identities: dict[tuple[int, int], _Identity] = {}
         self._outputs: dict[TaskKey, _Output] = {}
         self._ledgers: dict[int, _ExitedLedger] = {}
         self._slice_tgids: dict[tuple[int, int], int] = {}
+        self._slice_cgroups: dict[tuple[int, int], int | None] = {}
 
     def update(self, read: MapRead) -> tuple[list[TaskSample], MapChanges]:
         self._credit_kernel_exited(read.exited)
@@ -214,9 +229,15 @@ class Accounting:
 
         in_flight, unknown = self._in_flight(read, live)
         samples = self._live_samples(read, live, ioctl_deltas, in_flight)
-        samples += self._exited_samples(read)
+        if self._per_process:
+            samples += self._exited_samples(read, {})
+            create = self._entries_to_make(unknown - {name[0] for name in present})
+        else:
+            # a process without an entry is summed in its cgroup's total: its slice in flight
+            # is credited there, as a live entry's is to its key
+            samples += self._exited_samples(read, self._cgroup_in_flight(read, unknown))
+            create = ()
         delete_exited = self._forget_exited()
-        create = self._entries_to_make(unknown - {name[0] for name in present})
         return samples, MapChanges(tuple(delete_tasks), tuple(delete_exited), create)
 
     # -- entries ------------------------------------------------------------------------------
@@ -287,6 +308,36 @@ class Accounting:
                 unknown.add(tgid)
         self._slice_tgids = tgids  # a slice still running at the next read keeps its thread
         return out, unknown
+
+    def _cgroup_in_flight(self, read: MapRead, unknown: set[int]) -> dict[int, int]:
+        """Per-cgroup mode: ns in flight per exited-map key, for running processes without an
+        entry (the kernel adds their slices to their cgroup's sum when they end)."""
+        out: dict[int, int] = {}
+        cgroups: dict[tuple[int, int], int | None] = {}
+        for s in read.running:
+            slot = (s.tid, s.start_ns)
+            tgid = self._slice_tgids.get(slot)
+            if tgid is None or tgid not in unknown:
+                continue
+            if slot in self._slice_cgroups:
+                key = self._slice_cgroups[slot]
+            else:
+                key = self._cgroup_key(tgid)
+            cgroups[slot] = key
+            if key is not None:
+                out[key] = out.get(key, 0) + max(0, read.running_read_ns - s.start_ns)
+        self._slice_cgroups = cgroups
+        return out
+
+    def _cgroup_key(self, tgid: int) -> int | None:
+        """The exited-map key the kernel sums this process's slices under."""
+        if self._kthreads_apart:
+            info = self._procs.info(tgid)
+            if info is None:
+                return None
+            if info.kernel_thread:
+                return KERNEL_THREADS
+        return self._procs.cgroup_id(tgid)
 
     def _entries_to_make(self, tgids: set[int]) -> tuple[tuple[int, int], ...]:
         """Entries for processes on a CPU since before the probes loaded: without a switch the
@@ -368,10 +419,13 @@ class Accounting:
         for i, n in enumerate(ioctls):
             ledger.debit_ioctls[i] += n
 
-    def _exited_samples(self, read: MapRead) -> list[TaskSample]:
+    def _exited_samples(self, read: MapRead, in_flight: dict[int, int]) -> list[TaskSample]:
         samples = []
+        for cgroup_id in in_flight:
+            self._ledgers.setdefault(cgroup_id, _ExitedLedger())  # nothing ended there yet
         for cgroup_id, ledger in self._ledgers.items():
-            level_ns = max(ledger.level_ns, ledger.credit_ns - ledger.debit_ns)
+            target = ledger.credit_ns - ledger.debit_ns + in_flight.pop(cgroup_id, 0)
+            level_ns = max(ledger.level_ns, target)
             level_io = [
                 max(old, c - d)
                 for old, c, d in zip(
@@ -396,7 +450,7 @@ class Accounting:
                     pid=0,
                     comm=EXITED_COMM,
                     cgroup=self._cgroups.path(cgroup_id, read.seen_at) or "",
-                    kernel_thread=False,
+                    kernel_thread=cgroup_id == KERNEL_THREADS and self._kthreads_apart,
                     cpu_seconds=(level_ns - ledger.base_ns) / 1e9,
                     gpu_ioctls=_driver_counts(
                         [n - b for n, b in zip(level_io, ledger.base_ioctls, strict=True)]
