@@ -136,13 +136,18 @@ def start(cmd: list[str], cgroup: Path, *, stdout: int | None = None) -> subproc
     return subprocess.Popen(cmd, preexec_fn=join, stdout=stdout, text=True)  # noqa: PLW1509
 
 
-def test_per_cgroup_sums_equal_per_process_sums_and_cpu_stat() -> None:
+@pytest.mark.parametrize("raw", [True, False], ids=["raw", "classic"])
+def test_per_cgroup_sums_equal_per_process_sums_and_cpu_stat(raw: bool) -> None:
+    """raw: the raw sched_switch program, which caches each task's key in its task-cache slot
+    (taken again after any cgroup move); classic: the fallback, which takes it every switch."""
     require_ebpf()
     if not Path("/sys/kernel/btf/vmlinux").is_file():
         pytest.skip("no kernel BTF: the ioctl probe and kernel threads apart need it")
     per_process = EbpfSource.start(PROCFS, CGROUPFS, gpu_ioctls=True, per_process=True)
     try:
-        per_cgroup = EbpfSource.start(PROCFS, CGROUPFS, gpu_ioctls=True, per_process=False)
+        per_cgroup = EbpfSource.start(
+            PROCFS, CGROUPFS, gpu_ioctls=True, per_process=False, raw_switch=raw
+        )
         try:
             _compare(per_process, per_cgroup)
         finally:
