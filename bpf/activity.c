@@ -93,6 +93,12 @@ struct slice {
     u64 start_ns;  // monotonic ns when the running task was switched in; 0 before the first switch
     u64 tid;       // thread id of that task (0: idle, or not known yet)
     u64 ioctls[N_DRIVERS];  // GPU ioctls of the running task not yet added to its process
+    // per-cgroup mode: on-CPU ns of untracked tasks for exited-map key pending_key, not yet
+    // added to the map. Consecutive slices of one cgroup on a CPU (the common case: a busy
+    // container, a ping-pong inside one) then cost no hash look-up and no atomic; the sum moves
+    // to the map when a slice of another key ends here. Userspace adds what is pending.
+    u64 pending_key;
+    u64 pending_ns;
 };
 
 BPF_TABLE("lru_hash", u32, struct task_val, tasks, WATTPROBE_MAX_TASKS);
@@ -186,7 +192,8 @@ static __always_inline u64 cgroup_key(void) {
 //
 // hint: the key cached for the task (KEY_TRACKED set if it had an entry), or KEY_UNKNOWN.
 // Returns 1 if the slice went to the process's own entry, 0 if not.
-static __always_inline int account(u32 tgid, u64 ns, u64 nv, u64 drm, bool exiting, u64 hint) {
+static __always_inline int account(struct slice *s, u32 tgid, u64 ns, u64 nv, u64 drm,
+                                   bool exiting, u64 hint) {
     struct task_val *v = NULL;
 #ifdef WATTPROBE_PER_CGROUP
 #ifdef WATTPROBE_IOCTLS
@@ -196,7 +203,17 @@ static __always_inline int account(u32 tgid, u64 ns, u64 nv, u64 drm, bool exiti
         v = tasks.lookup(&tgid);
 #endif
     if (!v && !(nv | drm)) {
-        add_exited(hint == KEY_UNKNOWN ? cgroup_key() : (hint & ~KEY_TRACKED), ns, 0, 0);
+        u64 key = hint == KEY_UNKNOWN ? cgroup_key() : (hint & ~KEY_TRACKED);
+        if (s->pending_key != key) {
+            // only this CPU writes its slot: plain stores; pending_ns last, so a reader that
+            // sees the new key with the old sum is caught by its second read (start_ns moved)
+            if (s->pending_ns)
+                add_exited(s->pending_key, s->pending_ns, 0, 0);
+            s->pending_key = key;
+            s->pending_ns = ns;
+        } else {
+            s->pending_ns += ns;
+        }
         return 0;
     }
 #else
@@ -266,7 +283,7 @@ static __always_inline int switch_slice(u64 id, u64 next_tid, bool exiting, u64 
     u64 ns = start ? now - start : 0;  // 0: first switch on this CPU since load
     if (!(ns | nv | drm))
         return -1;
-    return account(tgid, ns, nv, drm, exiting, hint);
+    return account(s, tgid, ns, nv, drm, exiting, hint);
 }
 
 #ifdef WATTPROBE_RAW_SWITCH

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from exporter.readings import TaskKey, TaskSample
 from exporter.sources.ebpf.accounting import (
     EXITED_COMM,
+    EXITED_FORGET_READS,
     EXITED_QUIET_READS,
     TOMBSTONE_GRACE_NS,
     Accounting,
@@ -51,8 +52,9 @@ class ModelKernel:
     per_cgroup: WATTPROBE_PER_CGROUP, where a process gets an entry only with its first GPU
     ioctl and everything else is summed per cgroup in the exited map."""
 
-    def __init__(self, *, per_cgroup: bool = False) -> None:
+    def __init__(self, *, per_cgroup: bool = False, ncpu: int = 2) -> None:
         self.per_cgroup = per_cgroup
+        self.pending = [[0, 0] for _ in range(ncpu)]  # per CPU: key, ns not yet in exited
         self.tasks: dict[int, Entry] = {}
         self.exited: dict[int, list[int]] = {}  # cgroup -> [ns, nvidia, drm]
         self.mono_ns = 1_000_000_000
@@ -67,11 +69,20 @@ class ModelKernel:
         e[1] += ioctls[NVIDIA]
         e[2] += ioctls[DRM]
 
-    def account(self, tgid: int, cgroup_id: int, ns: int, ioctls: list[int], exiting: bool) -> None:
-        """A slice that ended, with the GPU ioctls its CPU counted during it (switch_slice)."""
+    def account(
+        self, tgid: int, cgroup_id: int, ns: int, ioctls: list[int], exiting: bool, *, cpu: int = 0
+    ) -> None:
+        """A slice that ended on cpu, with the GPU ioctls counted during it (switch_slice)."""
         v = self.tasks.get(tgid)
         if self.per_cgroup and v is None and not any(ioctls):
-            self._exited(cgroup_id, ns, [0, 0])  # not tracked: its cgroup's sum
+            # not tracked: its cgroup's sum, through the CPU's pending sum
+            slot = self.pending[cpu]
+            if slot[0] != cgroup_id:
+                if slot[1]:
+                    self._exited(slot[0], slot[1], [0, 0])
+                slot[0], slot[1] = cgroup_id, ns
+            else:
+                slot[1] += ns
             return
         if v is None:
             if exiting:
@@ -139,7 +150,7 @@ class World:
     """
 
     def __init__(self, ncpu: int = 2, *, raw: bool = False, per_cgroup: bool = False) -> None:
-        self.kernel = ModelKernel(per_cgroup=per_cgroup)
+        self.kernel = ModelKernel(per_cgroup=per_cgroup, ncpu=ncpu)
         self.raw = raw
         self.seen: set[int] = set()  # tasks the raw program has seen switched out
         self.procs: dict[int, Proc] = {}  # by tgid, visible ones
@@ -199,7 +210,7 @@ class World:
         if prev:
             p = self.procs.get(prev)
             cgroup_id, dead = (p.cgroup_id, not p.alive) if p else (0, True)
-            self.kernel.account(prev, cgroup_id, now - start, self.pending[cpu], dead)
+            self.kernel.account(prev, cgroup_id, now - start, self.pending[cpu], dead, cpu=cpu)
             self._truth(cgroup_id, now - start)
             if dead:
                 self.seen.discard(prev)  # its last switch empties its slot
@@ -325,7 +336,10 @@ class World:
         read = MapRead(
             exited=exited,
             tasks=tasks,
-            running=[RunningSlice(self._named(t), s) for t, s in self.cpus],
+            running=[
+                RunningSlice(self._named(t), s, *k.pending[cpu])
+                for cpu, (t, s) in enumerate(self.cpus)
+            ],
             running_read_ns=k.mono_ns,
             boot_ns=k.boot_ns,
             seen_at=float(self.reads),
@@ -762,3 +776,26 @@ def test_per_cgroup_a_gpu_ioctl_makes_a_process_tracked() -> None:
     assert w.counted_ns == {1: 3.5}
     assert w.counted_ioctls == {1: [2, 0]}
     assert not w.kernel.tasks
+
+
+def test_per_cgroup_pending_sum_of_an_idle_cpu_is_counted_once() -> None:
+    """A CPU that idles after a container's slice keeps that slice in its pending sum (nothing
+    moves it to the map): it is reported at once, and still counted once after the ledger
+    would otherwise be forgotten, and once more slices of other cgroups move it to the map."""
+    w = World(per_cgroup=True)
+    w.spawn(100, 1)
+    w.switch(0, 100)
+    w.advance(1_000_000_000)
+    w.switch(0, 0)
+    assert w.kernel.pending[0] == [1, 1_000_000_000] and not w.kernel.exited
+    for _ in range(EXITED_FORGET_READS + 5):
+        w.advance(1_000_000_000)
+        w.read()
+    assert w.counted_ns == {1: 1.0}
+    w.spawn(101, 2)
+    w.switch(0, 101)
+    w.advance(1_000_000_000)
+    w.switch(0, 0)  # another key on the same CPU: cgroup 1's second moves to the map
+    assert w.kernel.exited == {1: [1_000_000_000, 0, 0]}
+    w.read()
+    assert w.counted_ns == {1: 1.0, 2: 1.0}

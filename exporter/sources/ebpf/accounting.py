@@ -70,6 +70,8 @@ class RunningSlice:
 
     tid: int
     start_ns: int
+    pending_key: int = 0  # per-cgroup mode: ns of ended slices this CPU has not yet added to
+    pending_ns: int = 0  # the exited map, for this key
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,7 @@ class Accounting:
         self._ledgers: dict[int, _ExitedLedger] = {}
         self._slice_tgids: dict[tuple[int, int], int] = {}
         self._slice_cgroups: dict[tuple[int, int], int | None] = {}
+        self._pending_keys: set[int] = set()
 
     def update(self, read: MapRead) -> tuple[list[TaskSample], MapChanges]:
         self._credit_kernel_exited(read.exited)
@@ -235,7 +238,15 @@ class Accounting:
         else:
             # a process without an entry is summed in its cgroup's total: its slice in flight
             # is credited there, as a live entry's is to its key
-            samples += self._exited_samples(read, self._cgroup_in_flight(read, unknown))
+            in_flight_cg = self._cgroup_in_flight(read, unknown)
+            pending = {s.pending_key for s in read.running if s.pending_ns}
+            for s in read.running:
+                if s.pending_ns:
+                    in_flight_cg[s.pending_key] = in_flight_cg.get(s.pending_key, 0) + s.pending_ns
+            samples += self._exited_samples(read, in_flight_cg)
+            # a CPU that went idle keeps its pending sum for as long as it idles: its key's
+            # ledger must outlive it, or the sum would be credited again from zero
+            self._pending_keys = pending
             create = ()
         delete_exited = self._forget_exited()
         return samples, MapChanges(tuple(delete_tasks), tuple(delete_exited), create)
@@ -465,6 +476,7 @@ class Accounting:
             cgroup_id
             for cgroup_id, ledger in self._ledgers.items()
             if not ledger.active
+            and cgroup_id not in self._pending_keys
             and ledger.quiet_reads >= EXITED_FORGET_READS
             and (ledger.kernel is None or self._cgroups.gone(cgroup_id))
         ]

@@ -249,12 +249,16 @@ class EbpfSource:
         running_read_ns = self._monotonic_ns()
         # a slot is only trusted if two reads agree: a switch between them (or during one,
         # tearing start from tid) changes start_ns
-        first = [(s.start_ns, s.tid) for s in self._running.getvalue(0)]
-        second = [(s.start_ns, s.tid) for s in self._running.getvalue(0)]
+        first = [
+            (s.start_ns, s.tid, s.pending_key, s.pending_ns) for s in self._running.getvalue(0)
+        ]
+        second = [
+            (s.start_ns, s.tid, s.pending_key, s.pending_ns) for s in self._running.getvalue(0)
+        ]
         running = [
-            RunningSlice(tid, start)
-            for (start, tid), again in zip(first, second, strict=True)
-            if (start, tid) == again
+            RunningSlice(tid, start, pending_key, pending_ns)
+            for (start, tid, pending_key, pending_ns), again in zip(first, second, strict=True)
+            if (start, tid, pending_key, pending_ns) == again
         ]
         return MapRead(
             exited=exited,
