@@ -32,6 +32,7 @@ from exporter.sources.ebpf.source import EbpfSource
 from tests.ebpfparts import require_ebpf
 from tests.gpunodes import ISSUE_SCRIPT, make_gpu_nodes
 from tests.kubecgroups import empty_and_remove, v2_root
+from tests.running import parse_samples, select, start_exporter
 
 pytestmark = pytest.mark.real
 
@@ -242,3 +243,46 @@ def _compare(per_process: EbpfSource, per_cgroup: EbpfSource) -> None:
     assert (0, 0) in b.kernel_thread_keys
     # per-cgroup mode reads a handful of task entries, not one per process
     assert entries["tasks"] <= 5, entries
+
+
+BURN = """
+import signal, time
+end = time.thread_time() + 0.5
+while time.thread_time() < end:
+    pass
+print("done", flush=True)
+signal.pause()
+"""
+
+
+@pytest.mark.parametrize("per_process", [True, False], ids=["collector.process", "default"])
+def test_serve_keeps_entries_per_process_only_with_the_process_collector(
+    tmp_path: Path, per_process: bool
+) -> None:
+    """`wattprobe serve` loads sums per cgroup by default and an entry per process with
+    --collector.process, whose per-process series then name the process by its PID."""
+    require_ebpf()
+    args = ["--activity-source", "ebpf", "--interval", "1s"]
+    if per_process:
+        args += ["--collector.process"]
+    exporter = start_exporter(args, tmp_path)
+    try:
+        exporter.wait_next_interval()
+        with cgroups(["c"]) as cg:
+            busy = start([sys.executable, "-c", BURN], cg["c"], stdout=subprocess.PIPE)
+            try:
+                assert busy.stdout is not None
+                assert busy.stdout.readline().strip() == "done"
+                body = ""
+                for _ in range(3):
+                    body = exporter.wait_next_interval()
+            finally:
+                busy.kill()
+                busy.wait(timeout=10)
+        energy = select(parse_samples(body), "wattprobe_process_energy_joules_total")
+        pids = {dict(labels).get("pid") for labels in energy}
+        assert (str(busy.pid) in pids) is per_process
+        mode = "per-process entries" if per_process else "sums per cgroup"
+        assert mode in exporter.log()
+    finally:
+        exporter.stop()
