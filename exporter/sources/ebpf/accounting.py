@@ -164,6 +164,7 @@ class _ExitedLedger:
     base_ns: int = 0
     base_ioctls: list[int] = field(default_factory=lambda: [0, 0])
     quiet_reads: int = 0
+    dirty: bool = True  # credit or debit changed since the level was last worked out
 
 
 class Accounting:
@@ -403,6 +404,8 @@ class Accounting:
             seen.add(e.cgroup_id)
             ledger = self._ledgers.setdefault(e.cgroup_id, _ExitedLedger())
             prev = ledger.kernel
+            if prev is not None and prev[0] == e.on_cpu_ns and prev[1] == e.ioctls:
+                continue  # unchanged since the last read: most cgroups, most of the time
             if prev is None or e.on_cpu_ns < prev[0]:  # new, or evicted and made again: a reset
                 delta_ns, delta_io = e.on_cpu_ns, list(e.ioctls)
             else:
@@ -418,6 +421,7 @@ class Accounting:
         if not ns and not any(ioctls):
             return
         ledger = self._ledgers.setdefault(cgroup_id, _ExitedLedger())
+        ledger.dirty = True
         ledger.credit_ns += ns
         for i, n in enumerate(ioctls):
             ledger.credit_ioctls[i] += max(0, n)
@@ -426,6 +430,7 @@ class Accounting:
         if not ns and not any(ioctls):
             return
         ledger = self._ledgers.setdefault(cgroup_id, _ExitedLedger())
+        ledger.dirty = True
         ledger.debit_ns += ns
         for i, n in enumerate(ioctls):
             ledger.debit_ioctls[i] += n
@@ -435,7 +440,12 @@ class Accounting:
         for cgroup_id in in_flight:
             self._ledgers.setdefault(cgroup_id, _ExitedLedger())  # nothing ended there yet
         for cgroup_id, ledger in self._ledgers.items():
-            target = ledger.credit_ns - ledger.debit_ns + in_flight.pop(cgroup_id, 0)
+            flying = in_flight.pop(cgroup_id, 0)
+            if not (ledger.dirty or flying or ledger.active):
+                ledger.quiet_reads += 1  # nothing moved: the level is what it was
+                continue
+            ledger.dirty = False
+            target = ledger.credit_ns - ledger.debit_ns + flying
             level_ns = max(ledger.level_ns, target)
             level_io = [
                 max(old, c - d)
