@@ -18,7 +18,9 @@
 //   tasks    LRU hash, tgid -> task_val   cumulative work of a live process; after it exits the
 //                                         entry stays as a tombstone (dead_ns != 0) until
 //                                         userspace has read it and deletes it
-//   exited   LRU hash, cgroup id -> exited_val   work of exited processes, per cgroup v2 id
+//   exited   LRU hash, cgroup id -> exited_val   work of exited processes, per cgroup v2 id;
+//                                         per-cgroup mode: also the live work of every process
+//                                         without its own entry (key 0: kernel threads)
 //   running  per-CPU array[1]              start and thread id of the slice now on each CPU,
 //                                         so userspace can count long-running slices in flight,
 //                                         and the GPU ioctls of that slice so far
@@ -45,7 +47,9 @@
 // WATTPROBE_IOCTLS (syscalls:sys_enter_ioctl exists; then the WATTPROBE_OFF_* offsets from BTF),
 // WATTPROBE_EXEC (sched_process_exec exists),
 // WATTPROBE_CGROUP_ATTACH (cgroup:cgroup_attach_task with a 64-bit dst_id exists),
-// WATTPROBE_CGROUP_PATHS (cgroup:cgroup_mkdir exists).
+// WATTPROBE_CGROUP_PATHS (cgroup:cgroup_mkdir exists),
+// WATTPROBE_PER_CGROUP (sum per cgroup; own entries only for processes that made a GPU ioctl;
+// then WATTPROBE_ROOT_CGROUP and WATTPROBE_OFF_TASK_FLAGS to tell kernel threads apart).
 
 // GPU ioctls: _IOC type 'F' (0x46) on an NVIDIA character device (/dev/nvidia*), and type 'd'
 // (0x64) on a DRM one (/dev/dri/*). The type alone is not enough: framebuffer (FBIO*) ioctls
@@ -89,12 +93,30 @@ struct slice {
     u64 start_ns;  // monotonic ns when the running task was switched in; 0 before the first switch
     u64 tid;       // thread id of that task (0: idle, or not known yet)
     u64 ioctls[N_DRIVERS];  // GPU ioctls of the running task not yet added to its process
+    // per-cgroup mode: on-CPU ns of untracked tasks for exited-map key pending_key, not yet
+    // added to the map. Consecutive slices of one cgroup on a CPU (the common case: a busy
+    // container, a ping-pong inside one) then cost no hash look-up and no atomic; the sum moves
+    // to the map when a slice of another key ends here. Userspace adds what is pending.
+    u64 pending_key;
+    u64 pending_ns;
 };
 
 BPF_TABLE("lru_hash", u32, struct task_val, tasks, WATTPROBE_MAX_TASKS);
 BPF_TABLE("lru_hash", u64, struct exited_val, exited, WATTPROBE_MAX_CGROUPS);
 BPF_PERCPU_ARRAY(running, struct slice, 1);
 BPF_PERCPU_ARRAY(stats, u64, N_STATS);
+
+// Per-cgroup mode with the raw sched_switch program: the `seen` slot of a task also caches the
+// exited-map key its slices go to, so a switch needs neither the cgroup helper nor, on kernels
+// where the root cgroup holds host processes, the PF_KTHREAD read. A cached key is valid while
+// `moves` (bumped by every cgroup v2 move) is what it was when the key was taken.
+#if defined(WATTPROBE_PER_CGROUP) && defined(WATTPROBE_RAW_SWITCH) && \
+    defined(WATTPROBE_CGROUP_ATTACH)
+#define CACHE_KEYS 1
+BPF_ARRAY(moves, u64, 1);
+#endif
+#define KEY_UNKNOWN (~0ULL)       // no cached key: take the current one
+#define KEY_TRACKED (1ULL << 63)  // cached with the key: the process has its own entry
 
 static __always_inline void stat_add(int index, u64 n) {
     u32 key = index;
@@ -136,16 +158,74 @@ static __always_inline void add_exited(u64 cgroup_id, u64 ns, u64 nv, u64 drm) {
     add_work(&e->on_cpu_ns, e->ioctls, ns, nv, drm);
 }
 
+#ifdef WATTPROBE_PER_CGROUP
+#ifdef WATTPROBE_OFF_TASK_FLAGS
+#define PF_KTHREAD_ 0x00200000
+#endif
+// The exited-map key the current task's work is summed under: its cgroup v2 id, or 0 for a
+// kernel thread. Kernel threads sit in the root cgroup together with host processes (on hosts
+// without systemd); telling them apart costs one read of task->flags (offset from BTF), paid
+// only by tasks of the root cgroup. Without BTF the root cgroup's sum has both.
+static __always_inline u64 cgroup_key(void) {
+    u64 id = bpf_get_current_cgroup_id();
+#if defined(WATTPROBE_OFF_TASK_FLAGS) && defined(WATTPROBE_ROOT_CGROUP)
+    if (id == WATTPROBE_ROOT_CGROUP) {
+        u32 flags = 0;
+        if (bpf_probe_read_kernel(&flags, sizeof(flags),
+                                  (void *)(bpf_get_current_task() + WATTPROBE_OFF_TASK_FLAGS)) == 0 &&
+            (flags & PF_KTHREAD_))
+            return 0;
+    }
+#endif
+    return id;
+}
+#endif
+
 // Adds ns of CPU time and nv, drm GPU ioctls to the current process.
-static __always_inline void account(u32 tgid, u64 ns, u64 nv, u64 drm, bool exiting) {
-    struct task_val *v = tasks.lookup(&tgid);
+//
+// Per-cgroup mode (WATTPROBE_PER_CGROUP, the default unless per-process metrics are wanted):
+// a process has its own entry only once it has made a GPU ioctl ("tracked": GPU attribution
+// needs its ioctls by PID). Everything else is summed per cgroup in the exited map, so
+// userspace reads one entry per busy cgroup instead of one per process. A slice goes to exactly
+// one of the two, so nothing is counted twice; a process's work before its first GPU ioctl
+// stays in its cgroup's sum.
+//
+// hint: the key cached for the task (KEY_TRACKED set if it had an entry), or KEY_UNKNOWN.
+// Returns 1 if the slice went to the process's own entry, 0 if not.
+static __always_inline int account(struct slice *s, u32 tgid, u64 ns, u64 nv, u64 drm,
+                                   bool exiting, u64 hint) {
+    struct task_val *v = NULL;
+#ifdef WATTPROBE_PER_CGROUP
+#ifdef WATTPROBE_IOCTLS
+    // without the ioctl probe no process is ever tracked: no look-up by tgid at all; with it,
+    // none for a task known to have no entry, unless this slice made a GPU ioctl
+    if ((nv | drm) || (hint & KEY_TRACKED))
+        v = tasks.lookup(&tgid);
+#endif
+    if (!v && !(nv | drm)) {
+        u64 key = hint == KEY_UNKNOWN ? cgroup_key() : (hint & ~KEY_TRACKED);
+        if (s->pending_key != key) {
+            // only this CPU writes its slot: plain stores; pending_ns last, so a reader that
+            // sees the new key with the old sum is caught by its second read (start_ns moved)
+            if (s->pending_ns)
+                add_exited(s->pending_key, s->pending_ns, 0, 0);
+            s->pending_key = key;
+            s->pending_ns = ns;
+        } else {
+            s->pending_ns += ns;
+        }
+        return 0;
+    }
+#else
+    v = tasks.lookup(&tgid);
+#endif
     if (!v) {
         u64 cgroup_id = bpf_get_current_cgroup_id();
         if (exiting) {
             // the last slice of a thread whose process is already gone from the map: do not
             // make an entry that nothing would ever remove
             add_exited(cgroup_id, ns, nv, drm);
-            return;
+            return 0;
         }
         struct task_val init = {};
         init.first_ns = bpf_ktime_get_boot_ns();
@@ -156,7 +236,7 @@ static __always_inline void account(u32 tgid, u64 ns, u64 nv, u64 drm, bool exit
         if (!v) {
             stat_add(STAT_TASK_INSERT_FAILS, 1);
             add_exited(cgroup_id, ns, nv, drm);
-            return;
+            return 0;
         }
     }
     if (v->dead_ns) {
@@ -164,7 +244,7 @@ static __always_inline void account(u32 tgid, u64 ns, u64 nv, u64 drm, bool exit
         // process that reused the tgid before userspace removed the tombstone: either way it
         // belongs to this cgroup's exited total
         add_exited(bpf_get_current_cgroup_id(), ns, nv, drm);
-        return;
+        return 0;
     }
 #ifndef WATTPROBE_CGROUP_ATTACH
     u64 cgroup_id = bpf_get_current_cgroup_id();
@@ -172,15 +252,17 @@ static __always_inline void account(u32 tgid, u64 ns, u64 nv, u64 drm, bool exit
         v->cgroup_id = cgroup_id;  // write only on change: the line is shared by all threads
 #endif
     add_work(&v->on_cpu_ns, v->ioctls, ns, nv, drm);
+    return 1;
 }
 
 // The slice that ends now on this CPU goes to the current (outgoing) task's process, with the
-// GPU ioctls it made; next_tid (0: unknown or idle) starts a new slice.
-static __always_inline void switch_slice(u64 id, u64 next_tid, bool exiting) {
+// GPU ioctls it made; next_tid (0: unknown or idle) starts a new slice. Returns what account()
+// returned, or -1 if nothing was accounted.
+static __always_inline int switch_slice(u64 id, u64 next_tid, bool exiting, u64 hint) {
     u32 zero = 0;
     struct slice *s = running.lookup(&zero);
     if (!s)
-        return;
+        return -1;
     u64 now = bpf_ktime_get_ns();
     u64 start = s->start_ns;
     // start first, then tid: userspace reads the slot twice and keeps it only if both agree
@@ -197,10 +279,11 @@ static __always_inline void switch_slice(u64 id, u64 next_tid, bool exiting) {
 #endif
     u32 tgid = id >> 32;
     if (tgid == 0)
-        return;  // the idle task
+        return -1;  // the idle task
     u64 ns = start ? now - start : 0;  // 0: first switch on this CPU since load
-    if (ns | nv | drm)
-        account(tgid, ns, nv, drm, exiting);
+    if (!(ns | nv | drm))
+        return -1;
+    return account(s, tgid, ns, nv, drm, exiting, hint);
 }
 
 #ifdef WATTPROBE_RAW_SWITCH
@@ -213,12 +296,17 @@ static __always_inline void switch_slice(u64 id, u64 next_tid, bool exiting) {
 // A task's pid_tgid never changes, except in exec by a thread that is not the leader (it takes
 // the leader's pid: the exec probe refreshes its slot). A task's slot is emptied at its last
 // switch, so a new task that gets the same task_struct is not mistaken for it. Slots are written
-// by any CPU (collisions) without a lock: check = task ^ pid_tgid, so a read that mixes fields
-// of two writes, in whatever order they landed, does not match and falls back to the helper.
+// by any CPU (collisions) without a lock: check = task ^ pid_tgid (^ key ^ gen), so a read that
+// mixes fields of two writes, in whatever order they landed, does not match and falls back to
+// the helper.
 struct seen_task {
     u64 task;
     u64 pid_tgid;
     u64 check;
+#ifdef CACHE_KEYS
+    u64 key;  // exited-map key of the task's slices (| KEY_TRACKED), per-cgroup mode
+    u64 gen;  // `moves` when the key was taken
+#endif
 };
 
 #define SEEN_SLOTS (1 << WATTPROBE_SEEN_BITS)
@@ -232,18 +320,34 @@ static __always_inline struct seen_task *seen_slot(u64 task) {
     return seen.lookup(&index);
 }
 
-// pid_tgid of task as its slot has it, or 0
-static __always_inline u64 seen_id(struct seen_task *e, u64 task) {
+// pid_tgid of task as its slot has it, or 0; with CACHE_KEYS, its cached key and generation
+static __always_inline u64 seen_id(struct seen_task *e, u64 task, u64 *key, u64 *gen) {
     u64 t = e->task;
     u64 id = e->pid_tgid;
     u64 check = e->check;
+#ifdef CACHE_KEYS
+    u64 k = e->key;
+    u64 g = e->gen;
+    if (t != task || check != (t ^ id ^ k ^ g))
+        return 0;
+    *key = k;
+    *gen = g;
+    return id;
+#else
     return (t == task && check == (t ^ id)) ? id : 0;
+#endif
 }
 
-static __always_inline void seen_store(struct seen_task *e, u64 task, u64 id) {
+static __always_inline void seen_store(struct seen_task *e, u64 task, u64 id, u64 key, u64 gen) {
     e->task = task;
     e->pid_tgid = id;
+#ifdef CACHE_KEYS
+    e->key = key;
+    e->gen = gen;
+    e->check = task ^ id ^ key ^ gen;
+#else
     e->check = task ^ id;
+#endif
 }
 
 RAW_TRACEPOINT_PROBE(sched_switch) {
@@ -253,30 +357,64 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     u64 next = ctx->args[2];
     bool dead = !ctx->args[0] && (ctx->args[3] & TASK_DEAD);
 
+    u64 unused_key, unused_gen;
     u64 next_tid = 0;
     struct seen_task *n = seen_slot(next);
     if (n)
-        next_tid = (u32)seen_id(n, next);
+        next_tid = (u32)seen_id(n, next, &unused_key, &unused_gen);
 
     struct seen_task *p = seen_slot(prev);
     if (!p)
         return 0;
-    u64 id = seen_id(p, prev);
+    u64 key = KEY_UNKNOWN, gen = 0;
+    u64 id = seen_id(p, prev, &key, &gen);
+#ifdef CACHE_KEYS
+    u32 zero = 0;
+    u64 *moved = moves.lookup(&zero);
+    u64 now_gen = moved ? *moved : 0;  // read before the cgroup: a move in between only
+                                       // makes the next switch take the key again
+    if (!id) {
+        id = bpf_get_current_pid_tgid();  // 0: the idle task, never remembered
+        if (!id) {
+            switch_slice(0, next_tid, dead, KEY_UNKNOWN);  // still starts the next slice
+            return 0;
+        }
+        key = KEY_UNKNOWN;  // not known to have an entry: look it up once
+        if (dead) {
+            switch_slice(id, next_tid, dead, KEY_UNKNOWN);
+            return 0;
+        }
+    }
+    u64 hint = key;
+    if (gen != now_gen || key == KEY_UNKNOWN)
+        hint = cgroup_key() | (key & KEY_TRACKED);  // moved since, or new: take it again
+    int tracked = switch_slice(id, next_tid, dead, hint);
+    if (dead) {
+        p->check = 0;  // its task_struct may come back as another task
+    } else {
+        u64 cached = hint;
+        if (tracked >= 0)
+            cached = (hint & ~KEY_TRACKED) | (tracked ? KEY_TRACKED : 0);
+        if (cached != key || gen != now_gen)
+            seen_store(p, prev, id, cached, now_gen);
+    }
+#else
     if (!id) {
         id = bpf_get_current_pid_tgid();  // 0: the idle task, never remembered
         if (id && !dead)
-            seen_store(p, prev, id);
+            seen_store(p, prev, id, 0, 0);
     } else if (dead) {
         p->check = 0;  // its task_struct may come back as another task
     }
-    switch_slice(id, next_tid, dead);
+    switch_slice(id, next_tid, dead, KEY_UNKNOWN);
+#endif
     return 0;
 }
 #else
 TRACEPOINT_PROBE(sched, sched_switch) {
     // current is still the task switching out
     switch_slice(bpf_get_current_pid_tgid(), args->next_pid,
-                 (args->prev_state & STATE_EXITED) != 0);
+                 (args->prev_state & STATE_EXITED) != 0, KEY_UNKNOWN);
     return 0;
 }
 #endif
@@ -295,6 +433,9 @@ TRACEPOINT_PROBE(sched, sched_process_exit) {
     u64 now = bpf_ktime_get_boot_ns();
     struct task_val *v = tasks.lookup(&tgid);
     if (!v) {
+#ifdef WATTPROBE_PER_CGROUP
+        return 0;  // not tracked: its work is already in its cgroup's sum, its last slice too
+#endif
         // never switched out since load (a short-lived process): leave a tombstone so that its
         // last slice goes to exited instead of making a live entry
         struct task_val tomb = {};
@@ -345,7 +486,7 @@ TRACEPOINT_PROBE(sched, sched_process_exec) {
     u64 task = bpf_get_current_task();
     struct seen_task *e = seen_slot(task);
     if (e)
-        seen_store(e, task, bpf_get_current_pid_tgid());
+        seen_store(e, task, bpf_get_current_pid_tgid(), KEY_UNKNOWN, 0);
 #endif
     return 0;
 }
@@ -361,6 +502,12 @@ TRACEPOINT_PROBE(cgroup, cgroup_attach_task) {
     struct task_val *v = tasks.lookup(&tgid);
     if (v && !v->dead_ns && v->cgroup_id != args->dst_id)
         v->cgroup_id = args->dst_id;
+#ifdef CACHE_KEYS
+    u32 zero = 0;
+    u64 *moved = moves.lookup(&zero);
+    if (moved)
+        __sync_fetch_and_add(moved, 1);  // every cached key is taken again at its next switch
+#endif
     return 0;
 }
 #endif

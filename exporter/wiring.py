@@ -59,6 +59,8 @@ def activity_source(
                 config.cgroup_root,
                 config.ebpf_kernel_headers,
                 config.ebpf_gpu_ioctls.wanted,
+                # per-process map entries only when per-process metrics are wanted
+                per_process=REGISTRY.enabled(config, PROCESS),
             )
         return ebpf, ()
     except Exception as exc:

@@ -14,10 +14,11 @@ from exporter.accounting.monitor import Monitor, MonitorSettings
 from exporter.collector import SnapshotCollector
 from exporter.config import ActivitySource, Config
 from exporter.readings import CpuTimes, MapStats, SourceError, SourceStatus, TaskSample
+from exporter.registry import PROCESS, REGISTRY
 from exporter.snapshot import Snapshot
 from exporter.sources.caps import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN
 from exporter.sources.ebpf import load as ebpf_load
-from exporter.sources.ebpf.source import EbpfSource
+from exporter.sources.ebpf.source import EbpfSource, wants_processes
 from exporter.sources.procfs.source import ProcfsSource
 from exporter.wiring import StartupError, activity_source
 from tests.running import parse_samples, select
@@ -124,7 +125,7 @@ def test_startup_status_is_in_every_snapshot() -> None:
         }
 
 
-def failing_start(*_args: object) -> EbpfSource:
+def failing_start(*_args: object, **_kwargs: object) -> EbpfSource:
     raise SourceError(ebpf_load.NO_TRACEFS, "tracefs is not mounted at /sys/kernel/tracing")
 
 
@@ -234,3 +235,26 @@ def test_gpu_device_nodes(tmp_path: Path) -> None:
 )
 def test_only_a_refused_raw_tracepoint_falls_back(message: str, raw: bool) -> None:
     assert ebpf_load.raw_attach_failed(Exception(message)) is raw
+
+
+@pytest.mark.parametrize(
+    "collectors", [None, frozenset(), frozenset({"process"}), frozenset({"rapl", "process"})]
+)
+def test_per_process_entries_only_with_the_process_collector(
+    monkeypatch: pytest.MonkeyPatch, collectors: frozenset[str] | None
+) -> None:
+    """serve and `wattprobe check` load the kernel's per-cgroup sums unless --collector.process
+    asks for per-process series (then an entry per process)."""
+    asked: list[object] = []
+
+    def start(*_args: object, per_process: bool = True, **_kwargs: object) -> EbpfSource:
+        asked.append(per_process)
+        raise SourceError(ebpf_load.NO_TRACEFS, "no")
+
+    monkeypatch.setattr(EbpfSource, "start", staticmethod(start))
+    config = Config(activity_source=ActivitySource.AUTO, collectors=collectors)
+    activity_source(config, ProcfsSource(Path("/proc")))
+    wanted = REGISTRY.enabled(config, PROCESS)
+    assert asked == [wanted]
+    assert wants_processes(config) == wanted
+    assert wanted == (collectors is not None and "process" in collectors)

@@ -20,7 +20,11 @@ Measures, and prints as a Markdown table:
   NVIDIA device node (mknod'd, tests/gpunodes.py: counted), and the same for empty programs on
   the same hooks: what the statistics and the call itself cost;
 - the exporter's resident memory after start-up with the eBPF source and with procfs, and what
-  one interval's read of each source costs (wattprobe_collect_duration_seconds).
+  one interval's read of each source costs (wattprobe_collect_duration_seconds);
+- the probes summing per cgroup (the default without --collector.process) beside those keeping
+  an entry per process: their per-event costs and ping-pong settings, against empty programs at
+  every point the probes attach to; and what one read of the eBPF source costs user space
+  (whole-process CPU) with 5,000 processes in 330 containers, in each mode (--userspace).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import logging
 import math
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -192,10 +197,23 @@ EMPTY_PROGRAMS = """
 TRACEPOINT_PROBE(sched, sched_switch) { return 0; }
 RAW_TRACEPOINT_PROBE(sched_switch) { return 0; }
 TRACEPOINT_PROBE(syscalls, sys_enter_ioctl) { return 0; }
+RAW_TRACEPOINT_PROBE(sched_process_exit) { return 0; }
+RAW_TRACEPOINT_PROBE(sched_process_exec) { return 0; }
+RAW_TRACEPOINT_PROBE(cgroup_attach_task) { return 0; }
+RAW_TRACEPOINT_PROBE(cgroup_mkdir) { return 0; }
 """
 EMPTY_CLASSIC = ("tracepoint", b"sched:sched_switch", b"tracepoint__sched__sched_switch")
 EMPTY_RAW = ("raw", b"sched_switch", b"raw_tracepoint__sched_switch")
 EMPTY_IOCTL = ("tracepoint", b"syscalls:sys_enter_ioctl", b"tracepoint__syscalls__sys_enter_ioctl")
+EMPTY_EXIT = ("raw", b"sched_process_exit", b"raw_tracepoint__sched_process_exit")
+EMPTY_EXEC = ("raw", b"sched_process_exec", b"raw_tracepoint__sched_process_exec")
+EMPTY_ATTACH = ("raw", b"cgroup_attach_task", b"raw_tracepoint__cgroup_attach_task")
+EMPTY_MKDIR = ("raw", b"cgroup_mkdir", b"raw_tracepoint__cgroup_mkdir")
+# Empty programs at the points the probes attach to, raw tracepoints where one exists (the
+# syscall tracepoint has no raw form per syscall: an empty classic one), the floor any eBPF tool
+# watching the same events pays
+EMPTY_SCHED_POINTS = (EMPTY_RAW, EMPTY_EXIT, EMPTY_EXEC)
+EMPTY_ALL_POINTS = (*EMPTY_SCHED_POINTS, EMPTY_IOCTL, EMPTY_ATTACH, EMPTY_MKDIR)
 
 
 class EmptyPrograms:
@@ -208,7 +226,7 @@ class EmptyPrograms:
 
         with bcc_environment(loaded.info.headers.environment()):
             self.bpf = bcc.BPF(text=EMPTY_PROGRAMS, cflags=loaded.info.headers.cflags())
-        for empty in (EMPTY_CLASSIC, EMPTY_RAW, EMPTY_IOCTL):
+        for empty in (EMPTY_CLASSIC, *EMPTY_ALL_POINTS):
             self.detach(empty)
 
     def attach(self, empty: tuple[str, bytes, bytes]) -> None:
@@ -233,10 +251,15 @@ class EmptyPrograms:
 SETTINGS = {
     "empty": "an empty classic sched_switch program",
     "empty_raw": "an empty raw sched_switch program",
+    "empty_sched_points": "empty programs at the scheduler probes' points (raw)",
+    "empty_all_points": "empty programs at all probes' points (raw; classic sys_enter_ioctl)",
     "sched": "the scheduler probes (raw sched_switch)",
+    "sched_cgroup": "the scheduler probes, sums per cgroup (the default without "
+    "--collector.process)",
     "sched_classic": "the scheduler probes (classic sched_switch)",
     "all": "all probes, raw sched_switch (what wattprobe attaches)",
     "all_classic": "all probes, classic sched_switch (the fallback)",
+    "all_cgroup": "all probes, sums per cgroup (GPU nodes without --collector.process)",
     "sched_baseline": "the scheduler probes of the baseline",
     "all_baseline": "all probes of the baseline",
 }
@@ -251,38 +274,46 @@ def pingpong(
     rounds: int,
     trips: int,
     baseline: Probes | None = None,
+    per_cgroup: Probes | None = None,
     only: tuple[str, ...] = tuple(SETTINGS),
 ) -> PingPong:
     """Runs with no probes and with each setting in `only` (SETTINGS; the baseline ones only
     with a baseline), rotating the order every round."""
-    known: dict[str, tuple[Probes | None, tuple[str, ...], tuple[str, bytes, bytes] | None]] = {
-        "bare": (None, (), None),
-        "empty": (None, (), EMPTY_CLASSIC),
-        "empty_raw": (None, (), EMPTY_RAW),
-        "sched": (raw, SCHED_ONLY, None),
-        "sched_classic": (classic, SCHED_ONLY, None),
-        "all": (raw, tuple(PROGRAMS), None),
-        "all_classic": (classic, tuple(PROGRAMS), None),
+    known: dict[
+        str, tuple[Probes | None, tuple[str, ...], tuple[tuple[str, bytes, bytes], ...]]
+    ] = {
+        "bare": (None, (), ()),
+        "empty": (None, (), (EMPTY_CLASSIC,)),
+        "empty_raw": (None, (), (EMPTY_RAW,)),
+        "empty_sched_points": (None, (), EMPTY_SCHED_POINTS),
+        "empty_all_points": (None, (), EMPTY_ALL_POINTS),
+        "sched": (raw, SCHED_ONLY, ()),
+        "sched_classic": (classic, SCHED_ONLY, ()),
+        "all": (raw, tuple(PROGRAMS), ()),
+        "all_classic": (classic, tuple(PROGRAMS), ()),
     }
     if baseline is not None:
-        known["sched_baseline"] = (baseline, SCHED_ONLY, None)
-        known["all_baseline"] = (baseline, tuple(PROGRAMS), None)
+        known["sched_baseline"] = (baseline, SCHED_ONLY, ())
+        known["all_baseline"] = (baseline, tuple(PROGRAMS), ())
+    if per_cgroup is not None:
+        known["sched_cgroup"] = (per_cgroup, SCHED_ONLY, ())
+        known["all_cgroup"] = (per_cgroup, tuple(PROGRAMS), ())
     settings = {name: known[name] for name in ("bare", *only) if name in known}
     runs: dict[str, list[float]] = {name: [] for name in settings}
     cpu = str(min(os.sched_getaffinity(0)))
     names = list(settings)
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
-            probes, which, empty_prog = settings[name]
+            probes, which, empty_progs = settings[name]
             if probes is not None:
                 probes.attach(which)
-            if empty_prog is not None:
-                empty.attach(empty_prog)
+            for prog in empty_progs:
+                empty.attach(prog)
             runs[name].append(run_load(binary, "pingpong", str(trips), cpu, realtime=True))
             if probes is not None:
                 probes.detach()
-            if empty_prog is not None:
-                empty.detach(empty_prog)
+            for prog in empty_progs:
+                empty.detach(prog)
     return PingPong(runs.pop("bare"), runs)
 
 
@@ -434,6 +465,8 @@ def empty_costs(
         "classic sched_switch": EMPTY_CLASSIC,
         "raw sched_switch": EMPTY_RAW,
         "sys_enter_ioctl": EMPTY_IOCTL,
+        "raw sched_process_exit": EMPTY_EXIT,
+        "raw sched_process_exec": EMPTY_EXEC,
     }
     with bpf_stats():
         for hook in hooks.values():
@@ -441,6 +474,8 @@ def empty_costs(
         before = {name: empty.run_stats(hook) for name, hook in hooks.items()}
         run_load(binary, "pingpong", str(trips), cpu)
         run_load(binary, "ioctl", str(ioctls), hex(TCGETS))
+        for _ in range(100):
+            subprocess.run(["/bin/true"], check=True)
         after = {name: empty.run_stats(hook) for name, hook in hooks.items()}
         for hook in hooks.values():
             empty.detach(hook)
@@ -488,6 +523,69 @@ def breakdown(loaded: Loaded, binary: Path, rounds: int, trips: int) -> dict[str
     return {name: statistics.median(values) for name, values in per_event.items()}
 
 
+def userspace_cost(
+    processes: int, intervals: int, interval_s: float, scratch: Path
+) -> list[tuple[str, str]]:
+    """CPU of the whole process (getrusage: every thread, user + system) per read of the eBPF
+    source, with an entry per process and with sums per cgroup, on this machine made as busy as
+    the benchmark node: `processes` processes in all, the added ones in 110 pods x 3 containers
+    of real cgroup v2 directories, each waking about once per interval. Both sources are loaded
+    at once and read in alternating order every interval."""
+    from exporter.sources.ebpf.source import EbpfSource  # noqa: PLC0415
+    from tests.benchmarks.livenode import kube_pods, processes_now, sleepers  # noqa: PLC0415
+
+    proc, cgroupfs = Path("/proc"), Path("/sys/fs/cgroup")
+    sources = {
+        "per process": EbpfSource.start(proc, cgroupfs, gpu_ioctls=False, per_process=True),
+        "per cgroup": EbpfSource.start(proc, cgroupfs, gpu_ioctls=False, per_process=False),
+    }
+    cpu: dict[str, list[float]] = {name: [] for name in sources}
+    samples: dict[str, list[int]] = {name: [] for name in sources}
+    added = max(processes - processes_now(), 0)
+    period_ms = int(interval_s * 1000)
+    try:
+        with (
+            kube_pods(110, 3) as scopes,
+            sleepers(added, scratch, period_ms=period_ms, spin_us=200, cgroups=scopes),
+        ):
+            total = processes_now()
+            for _ in range(2):  # the first read looks every new entry up in /proc
+                time.sleep(interval_s)
+                for source in sources.values():
+                    source.tasks()
+            names = list(sources)
+            for i in range(intervals):
+                time.sleep(interval_s)
+                for name in names[i % 2 :] + names[: i % 2]:
+                    before = resource.getrusage(resource.RUSAGE_SELF)
+                    got = sources[name].tasks()
+                    after = resource.getrusage(resource.RUSAGE_SELF)
+                    cpu[name].append(
+                        after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+                    )
+                    samples[name].append(len(got))
+            entries = {
+                name: {s.map: s.entries for s in source.map_stats()}
+                for name, source in sources.items()
+            }
+    finally:
+        for source in sources.values():
+            source.close()
+    rows = []
+    for name in sources:
+        ms = 1e3 * statistics.median(cpu[name])
+        rows.append(
+            (
+                f"one read of the eBPF source, {name}, {total} processes in 330 containers "
+                f"(whole-process CPU, median of {intervals} intervals of {interval_s:g} s)",
+                f"{ms:.1f} ms ({100 * ms / 1e3 / interval_s:.2f} % of a core at this interval; "
+                f"{statistics.median(samples[name]):.0f} samples, map entries "
+                f"tasks {entries[name]['tasks']}, exited {entries[name]['exited']})",
+            )
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15, help="ping-pong runs per setting")
@@ -519,6 +617,19 @@ def main(argv: list[str] | None = None) -> int:
         help="also measure what the parts of a raw sched_switch program cost (clock, helper "
         "call, hash look-up)",
     )
+    parser.add_argument(
+        "--userspace",
+        type=int,
+        default=5000,
+        metavar="PROCESSES",
+        help="the CPU one read of the eBPF source costs, per process and per cgroup, with this "
+        "many processes on the machine (livenode's sleepers in 110 pods x 3 containers); 0: skip",
+    )
+    parser.add_argument(
+        "--userspace-only", action="store_true", help="only the --userspace measurement"
+    )
+    parser.add_argument("--userspace-intervals", type=int, default=10)
+    parser.add_argument("--userspace-interval", type=float, default=1.0, help="seconds")
     args = parser.parse_args(argv)
     only = tuple(args.settings.split(",")) if args.settings else tuple(SETTINGS)
     if unknown := set(only) - set(SETTINGS):
@@ -529,6 +640,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     rows: list[tuple[str, str]] = []
+    if args.userspace_only:
+        with tempfile.TemporaryDirectory() as tmpdir:
+            rows = userspace_cost(
+                args.userspace, args.userspace_intervals, args.userspace_interval, Path(tmpdir)
+            )
+        print(f"kernel {platform.release()}, {os.cpu_count()} CPUs\n")
+        print("| measure | value |")
+        print("|---|---|")
+        for measure, value in rows:
+            print(f"| {measure} | {value} |")
+        return 0
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         binary = build_load(tmp)
@@ -536,7 +658,9 @@ def main(argv: list[str] | None = None) -> int:
         loaded = load()  # what serve does: the raw sched_switch program where the kernel has it
         load_s = time.perf_counter() - start
         loaded_classic = load(raw_switch=False)
+        loaded_cgroup = load(per_process=False)
         raw, classic = Probes(loaded), Probes(loaded_classic)
+        per_cgroup = Probes(loaded_cgroup)
         baseline = Probes(load(raw_switch=False, source=args.baseline)) if args.baseline else None
         empty = EmptyPrograms(loaded)
         info = loaded.info
@@ -548,7 +672,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         try:
-            for probes in (raw, classic, baseline):
+            for probes in (raw, classic, baseline, per_cgroup):
                 if probes is not None:
                     probes.detach()
             pp = pingpong(
@@ -559,22 +683,35 @@ def main(argv: list[str] | None = None) -> int:
                 rounds=args.rounds,
                 trips=args.trips,
                 baseline=baseline,
+                per_cgroup=per_cgroup,
                 only=only,
             )
             if not args.pingpong_only:
                 nvidia = make_gpu_nodes(tmp / "gpu").nvidia0
                 rows += kernel_rows(
-                    raw, classic, baseline, empty, binary=binary, args=args, nvidia=nvidia
+                    raw,
+                    classic,
+                    baseline,
+                    empty,
+                    binary=binary,
+                    args=args,
+                    nvidia=nvidia,
+                    per_cgroup=per_cgroup,
                 )
         finally:
             loaded.bpf.cleanup()
             loaded_classic.bpf.cleanup()
+            loaded_cgroup.bpf.cleanup()
             if baseline is not None:
                 baseline.bpf.cleanup()
             empty.bpf.cleanup()
         rows += pingpong_rows(pp, args.rounds)
         if not args.pingpong_only:
             rows += exporter_rows(tmp)
+            if args.userspace:
+                rows += userspace_cost(
+                    args.userspace, args.userspace_intervals, args.userspace_interval, tmp
+                )
 
     print(f"kernel {platform.release()}, {os.cpu_count()} CPUs; {info.headers.describe()}\n")
     print("| measure | value |")
@@ -593,12 +730,14 @@ def kernel_rows(
     binary: Path,
     args: argparse.Namespace,
     nvidia: Path,
+    per_cgroup: Probes,
 ) -> list[tuple[str, str]]:
     """Per-event costs of the programs, and what the ioctl probe costs every syscall."""
     syscall_bare, syscall_probe = syscall_cost(raw, binary, args.rounds, 200_000)
     costs = {
         "raw": program_costs(raw, binary, args.trips, args.ioctls, nvidia),
         "classic": program_costs(classic, binary, args.trips, args.ioctls, nvidia),
+        "raw, per cgroup": program_costs(per_cgroup, binary, args.trips, args.ioctls, nvidia),
     }
     if baseline is not None:
         costs["baseline"] = program_costs(baseline, binary, args.trips, args.ioctls, nvidia)
@@ -611,18 +750,20 @@ def kernel_rows(
         ns, n = cost.get(SCHED_SWITCH, (float("nan"), 0))
         rows.append((f"sched_switch program ({kind}), mean per event", f"{ns:.0f} ns ({n} events)"))
     for tp in (*SCHED_ONLY[1:], "cgroup:cgroup_attach_task", "cgroup:cgroup_mkdir"):
-        if tp in costs["raw"]:
-            ns, n = costs["raw"][tp]
-            rows.append((f"{tp} program, mean per event", f"{ns:.0f} ns ({n} events)"))
+        for version in ("raw", "raw, per cgroup"):
+            if tp in costs[version]:
+                ns, n = costs[version][tp]
+                which = "" if version == "raw" else " (per cgroup)"
+                rows.append((f"{tp} program{which}, mean per event", f"{ns:.0f} ns ({n} events)"))
     labels = {
         "ioctl filtered": "other ioctl types (filtered out)",
         "ioctl other device": "'F' ioctls on /dev/null (device looked up, not NVIDIA's)",
         "ioctl counted": "'F' ioctls on an NVIDIA device node (counted)",
     }
     for phase, label in labels.items():
-        for version in [v for v in ("raw", "baseline") if v in costs]:
+        for version in [v for v in ("raw", "raw, per cgroup", "baseline") if v in costs]:
             ns, n = costs[version].get(phase, (float("nan"), 0))
-            which = " (baseline)" if version == "baseline" else ""
+            which = "" if version == "raw" else f" ({version})"
             rows.append(
                 (
                     f"syscalls:sys_enter_ioctl program{which}, {label}",

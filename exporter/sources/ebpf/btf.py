@@ -204,6 +204,9 @@ FD_DEVICE_FIELDS = (
     Field("inode", "i_rdev", 4, "WATTPROBE_OFF_INODE_RDEV"),
 )
 
+# Per-cgroup mode: PF_KTHREAD of a root-cgroup task, to sum kernel threads apart (bpf/activity.c)
+TASK_FLAGS_FIELD = Field("task_struct", "flags", 4, "WATTPROBE_OFF_TASK_FLAGS")
+
 
 def offset_flags(btf: Btf, fields: Sequence[Field] = FD_DEVICE_FIELDS) -> list[str]:
     """-D flags with each field's offset, after checking its size is what the probe reads."""

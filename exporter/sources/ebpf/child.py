@@ -39,6 +39,7 @@ from exporter.sources.ebpf.load import (
     MAX_CGROUPS,
     MAX_TASKS,
     PROC_DEVICES,
+    ROOT_CGROUP_ID,
     Loaded,
     LoadInfo,
 )
@@ -83,6 +84,8 @@ def load_in_child(
     max_cgroups: int = MAX_CGROUPS,
     raw_switch: bool | None = None,
     proc_devices: Path = PROC_DEVICES,
+    per_process: bool = True,
+    root_cgroup_id: int = ROOT_CGROUP_ID,
 ) -> Loaded:
     """What ebpf_load.load() returns, with the compile done in a child process."""
     request = {
@@ -92,6 +95,8 @@ def load_in_child(
         "max_tasks": max_tasks,
         "max_cgroups": max_cgroups,
         "proc_devices": str(proc_devices),
+        "per_process": per_process,
+        "root_cgroup_id": root_cgroup_id,
     }
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     with ours:
@@ -196,6 +201,8 @@ def child(sock_fd: int) -> None:
             max_cgroups=request["max_cgroups"],
             raw_switch=request["raw_switch"],
             proc_devices=Path(request["proc_devices"]),
+            per_process=request["per_process"],
+            root_cgroup_id=request["root_cgroup_id"],
         )
         maps = []
         for name in MAPS:

@@ -21,7 +21,7 @@ from typing import Any
 
 from exporter.readings import SourceError
 from exporter.sources.caps import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, SELF_STATUS, effective_caps
-from exporter.sources.ebpf.btf import VMLINUX, Btf, BtfError, offset_flags
+from exporter.sources.ebpf.btf import TASK_FLAGS_FIELD, VMLINUX, Btf, BtfError, offset_flags
 from exporter.sources.ebpf.gpu_majors import DeviceClasses
 from exporter.sources.ebpf.kheaders import NO_HEADERS, KernelHeaders, find_kernel_headers
 
@@ -83,6 +83,7 @@ NO_BTF = "kernel BTF"  # in missing_optional: GPU ioctls need it to tell an ioct
 
 MAX_TASKS = 32768  # live processes plus tombstones of the processes that exited in one interval
 MAX_CGROUPS = 8192
+ROOT_CGROUP_ID = 1  # the cgroup v2 root's kernfs id (its directory's inode)
 SEEN_BITS = 16  # the raw sched_switch program's task cache: 65536 slots of 16 bytes
 
 RAW = "raw"  # sched_switch attached as a raw tracepoint (4.17+): no argument formatting
@@ -101,6 +102,8 @@ class LoadInfo:
     switched_off: tuple[str, ...] = ()  # optional tracepoints not attached on purpose
     max_tasks: int = MAX_TASKS
     max_cgroups: int = MAX_CGROUPS
+    per_process: bool = True  # an entry per process; False: sums per cgroup (WATTPROBE_PER_CGROUP)
+    kernel_threads_apart: bool = False  # per-cgroup mode: kernel threads summed under id 0
     switch_probe: str = CLASSIC  # how sched:sched_switch is attached: RAW or CLASSIC
 
     def describe(self) -> str:
@@ -113,7 +116,8 @@ class LoadInfo:
         ]
         return (
             f"tracepoints {', '.join(names)}{missing}; {self.headers.describe()}; "
-            f"compiled in {self.compile_s:.2f}s"
+            f"compiled in {self.compile_s:.2f}s; "
+            + ("per-process entries" if self.per_process else "sums per cgroup")
         )
 
 
@@ -248,6 +252,8 @@ def load(
     max_tasks: int = MAX_TASKS,
     max_cgroups: int = MAX_CGROUPS,
     raw_switch: bool | None = None,
+    per_process: bool = True,
+    root_cgroup_id: int = ROOT_CGROUP_ID,
     source: Path | None = None,
     btf: Path = VMLINUX,
     proc_devices: Path = PROC_DEVICES,
@@ -257,6 +263,10 @@ def load(
     raw_switch: attach sched_switch as a raw tracepoint (True), through tracefs (False), or try
     raw and fall back to tracefs if the kernel refuses it (None; kernels before 4.17 do, and pay
     a second compile).
+    per_process: an entry per process (--collector.process); False: the kernel sums work per
+    cgroup and keeps entries only for processes that made a GPU ioctl (WATTPROBE_PER_CGROUP).
+    root_cgroup_id: the cgroup v2 root's id; in per-cgroup mode kernel threads found there are
+    summed apart (key 0), which needs task_struct.flags from BTF.
     source: another version of bpf/activity.c (benchmarks compare one with the current).
     btf: the kernel's BTF, where the ioctl probe's struct offsets come from; without it the
     probe cannot tell an ioctl's device, and is not attached.
@@ -279,6 +289,8 @@ def load(
         cflags.append("-DWATTPROBE_HAVE_GROUP_DEAD")
     optional, attached, optional_missing = _optional_probes(tracefs, ioctls=ioctls, btf=btf)
     cflags += optional
+    if not per_process:
+        cflags += _per_cgroup_flags(btf, root_cgroup_id)
     cflags += headers.cflags()
 
     switch_probe = CLASSIC if raw_switch is False else RAW
@@ -315,6 +327,8 @@ def load(
         max_tasks=max_tasks,
         max_cgroups=max_cgroups,
         switch_probe=switch_probe,
+        per_process=per_process,
+        kernel_threads_apart=any(f.startswith("-DWATTPROBE_ROOT_CGROUP=") for f in cflags),
     )
     return Loaded(bpf, info)
 
@@ -346,6 +360,17 @@ def _optional_probes(
         else:
             missing.append(f"{category}:{event}")
     return cflags, attached, missing
+
+
+def _per_cgroup_flags(btf: Path, root_cgroup_id: int) -> list[str]:
+    """-D flags for per-cgroup sums; with BTF, kernel threads of the root cgroup apart."""
+    flags = ["-DWATTPROBE_PER_CGROUP"]
+    try:
+        flags += offset_flags(Btf.read(btf), (TASK_FLAGS_FIELD,))
+    except BtfError as exc:
+        log.info("kernel threads summed with the root cgroup's processes: %s", exc)
+        return flags
+    return [*flags, f"-DWATTPROBE_ROOT_CGROUP={root_cgroup_id}"]
 
 
 def _fd_device_offsets(btf: Path) -> tuple[list[str], str]:

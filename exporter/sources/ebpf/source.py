@@ -143,7 +143,12 @@ class EbpfSource:
             DeviceClasses(self._bpf[b"dev_class"], procfs / "devices") if ioctls else None
         )
         self._cgroups = cgroups
-        self._accounting = Accounting(ProcReader(procfs, cgroups.root, cgroupns_root), cgroups)
+        self._accounting = Accounting(
+            ProcReader(procfs, cgroups.root, cgroupns_root),
+            cgroups,
+            per_process=loaded.info.per_process,
+            kernel_threads_apart=loaded.info.kernel_threads_apart,
+        )
         self._monotonic_ns = monotonic_ns
         self._boot_ns = boot_ns
         self._batch = True
@@ -161,12 +166,15 @@ class EbpfSource:
         gpu_ioctls: bool | None = None,
         *,
         raw_switch: bool | None = None,
+        per_process: bool = True,
     ) -> EbpfSource:
         """Check, compile, attach: raises SourceError with a reason from ebpf_load.FIXES.
 
         gpu_ioctls: count GPU driver ioctls (None: when the node has GPU device nodes).
         raw_switch: see ebpf_load.load (None: a raw sched_switch tracepoint where the kernel
-        has them, else the classic one)."""
+        has them, else the classic one).
+        per_process: a map entry per process, as --collector.process needs; False: the kernel
+        sums per cgroup, with entries only for processes that made a GPU ioctl."""
         if not (procfs / "self" / "stat").is_file():
             # the probes report the kernel's own pids: they must be looked up in a live /proc
             raise SourceError(NOT_LIVE_PROCFS, f"{procfs} is not a live procfs (no self/stat)")
@@ -180,7 +188,12 @@ class EbpfSource:
         ioctls = bool(gpu_device_nodes()) if gpu_ioctls is None else gpu_ioctls
         # compiled in a child: LLVM never enters this long-lived process (ebpf_child.py)
         loaded = load_in_child(
-            kernel_headers, ioctls=ioctls, raw_switch=raw_switch, proc_devices=procfs / "devices"
+            kernel_headers,
+            ioctls=ioctls,
+            raw_switch=raw_switch,
+            proc_devices=procfs / "devices",
+            per_process=per_process,
+            root_cgroup_id=root.stat().st_ino,
         )
         index = CgroupIdIndex(root)
         index.walk()
@@ -236,12 +249,16 @@ class EbpfSource:
         running_read_ns = self._monotonic_ns()
         # a slot is only trusted if two reads agree: a switch between them (or during one,
         # tearing start from tid) changes start_ns
-        first = [(s.start_ns, s.tid) for s in self._running.getvalue(0)]
-        second = [(s.start_ns, s.tid) for s in self._running.getvalue(0)]
+        first = [
+            (s.start_ns, s.tid, s.pending_key, s.pending_ns) for s in self._running.getvalue(0)
+        ]
+        second = [
+            (s.start_ns, s.tid, s.pending_key, s.pending_ns) for s in self._running.getvalue(0)
+        ]
         running = [
-            RunningSlice(tid, start)
-            for (start, tid), again in zip(first, second, strict=True)
-            if (start, tid) == again
+            RunningSlice(tid, start, pending_key, pending_ns)
+            for (start, tid, pending_key, pending_ns), again in zip(first, second, strict=True)
+            if (start, tid, pending_key, pending_ns) == again
         ]
         return MapRead(
             exited=exited,
@@ -343,6 +360,11 @@ class EbpfSource:
 # -- wattprobe check -------------------------------------------------------------------------
 
 
+def wants_processes(config: Config) -> bool:
+    """--collector.process (off by default: registry.SWITCHES; sources sit below the registry)."""
+    return config.collectors is not None and "process" in config.collectors
+
+
 def probe(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
     """Load the programs for real (compile, attach, one read of the maps), then unload them."""
     if config.activity_source is ActivityChoice.PROCFS:
@@ -358,6 +380,7 @@ def probe(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
             config.cgroup_root,
             config.ebpf_kernel_headers,
             config.ebpf_gpu_ioctls.wanted,
+            per_process=wants_processes(config),
         )
         try:
             tasks = source.tasks()
