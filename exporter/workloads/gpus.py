@@ -14,7 +14,8 @@ Device plugin IDs (docs/kubernetes.md has the sources):
                              Volcano's vGPU plugin (HAMi): placeholders; the GPU really given is
                              in the pod's volcano.sh/vgpu-ids-new annotation (exporter/workloads/
                              kube.py reads it), the UUID here is only the kubelet's pick
-  <uuid>-_-<n>               Alibaba's gpushare plugin: a placeholder as well
+  <uuid>-_-<n>               Alibaba's gpushare plugin (aliyun.com/gpu-mem): a placeholder as well
+  <i>-<n>                    volcano-sh/devices' GPU sharing (volcano.sh/gpu-memory): ditto
 Which resources are GPUs is configurable (--kube.gpu-resources, shell patterns).
 
 The GPU index and, for index or minor based IDs, the UUID are known only from the GPU backend
@@ -46,6 +47,7 @@ _UUID = r"GPU-[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-
 # placeholders of the sharing plugins that name a GPU of the node, not the one given
 _VGPU_PLACEHOLDER = re.compile(rf"^(?P<uuid>{_UUID})-(?:memory-|core-)?\d+$")
 _GPUSHARE_PLACEHOLDER = re.compile(r"^(?P<uuid>.+)-_-\d+$")
+_INDEX_PLACEHOLDER = re.compile(r"^(?P<index>\d{1,4})-\d+$")  # volcano-sh/devices' gpu-share
 # the NVIDIA DRA driver's device names: gpu-<minor>, gpu-<minor>-mig-<profile>-<id>-<start>
 _DRA_NAME = re.compile(r"(?:^|-)gpu-(?P<minor>\d{1,6})(?P<mig>-mig-[0-9A-Za-z.-]+)?$")
 NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
@@ -237,6 +239,8 @@ def resolve_device(device_id: str, directory: GpuDirectory = EMPTY_DIRECTORY) ->
         base = replica.group("base")
     elif (held := _VGPU_PLACEHOLDER.match(base) or _GPUSHARE_PLACEHOLDER.match(base)) is not None:
         base, placeholder = held.group("uuid"), True
+    elif (held := _INDEX_PLACEHOLDER.match(base)) is not None:
+        base, placeholder = held.group("index"), True
     uuid = index = instance = gpu_instance = ""
     if base.startswith("GPU-"):
         uuid = base
@@ -422,7 +426,11 @@ def resolve_claim(
         got, reason = resolve_cdi_device(dev, directory)
         if got:
             refs.update(dict.fromkeys(got))
-        elif dev.names_gpu or not why:
+        elif dev.names_gpu:
+            # the spec is what the runtime injects: a GPU it names that the node lacks is no
+            # reason to guess from names
+            return [], "", f"{name}: {reason}"
+        elif not why:
             why = f"{name}: {reason}"
     if refs:
         return list(refs), "spec", ""
@@ -458,6 +466,21 @@ def _by_dra_names(claim: ClaimDevice, directory: GpuDirectory) -> tuple[list[Gpu
     return [], ""
 
 
+def _placeholder_gpus(
+    key: tuple[str, str, str, str], assigned: AssignedByAnnotation | None, directory: GpuDirectory
+) -> list[GpuRef]:
+    """The GPUs behind a sharing plugin's placeholders: those the pod's annotation names, else
+    the node's only GPU (the kubelet's pick cannot be wrong there); none on a node with several
+    GPUs (the pick is anyone's)."""
+    given = assigned(*key) if assigned is not None else None
+    if given:
+        return [r for r in (resolve_device(u, directory) for u in given) if r is not None]
+    if len(directory.index_by_uuid) == 1:
+        ((only, index),) = directory.index_by_uuid.items()
+        return [GpuRef(only, index, "")]
+    return []
+
+
 def resolve_holdings(
     devices: Iterable[DeviceAssignment],
     claims: Iterable[ClaimDevice] = (),
@@ -486,29 +509,19 @@ def resolve_holdings(
             unresolved.append(Unresolved("device", holder, a.device_id, "not an NVIDIA GPU ID"))
             continue
         if ref.placeholder:
+            # one annotation (or one verdict) stands for all of a container's placeholders
             key = (a.namespace, a.pod, a.container, a.resource)
-            given = assigned(*key) if assigned is not None else None
-            if given:
-                if key not in annotated:  # one annotation stands for all the placeholders
-                    annotated.add(key)
-                    for uuid in given:
-                        real = resolve_device(uuid, directory)
-                        if real is not None:
-                            out[Holding(a.namespace, a.pod, a.container, real)] = None
-                    n_devices += 1
+            if key in annotated:
                 continue
-            if len(directory.index_by_uuid) != 1:
-                unresolved.append(
-                    Unresolved(
-                        "device",
-                        holder,
-                        a.device_id,
-                        f"{a.resource} placeholder: the pod's annotation names the GPU",
-                    )
-                )
+            annotated.add(key)
+            real = _placeholder_gpus(key, assigned, directory)
+            if not real:
+                why = f"{a.resource} placeholder: the pod's annotation names the GPU"
+                unresolved.append(Unresolved("device", holder, a.device_id, why))
                 continue
-            only = next(iter(directory.index_by_uuid))
-            ref = GpuRef(only, directory.index_by_uuid[only], "")
+            n_devices += 1
+            out.update(dict.fromkeys(Holding(a.namespace, a.pod, a.container, r) for r in real))
+            continue
         n_devices += 1
         out[Holding(a.namespace, a.pod, a.container, ref)] = None
     for c in claims:
