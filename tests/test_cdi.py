@@ -241,7 +241,7 @@ def specs(
         )
         devices.append({"name": name, "containerEdits": {"env": env, "deviceNodes": nodes}})
         expected[f"vendor.example.com/gpu={name}"] = (ids, minors, caps)
-    spec = {
+    spec: dict[str, object] = {
         "cdiVersion": "0.6.0",
         "kind": "vendor.example.com/gpu",
         "devices": devices,

@@ -178,7 +178,7 @@ def test_dra_claims_hold_gpus_and_take_their_energy(
             "four DRA allocations with NVML's indexes",
         )
         rows = sorted(
-            (r["claim"], r["pod"], r.get("gpu"), r.get("uuid"))
+            (r["claim"], r["pod"], r["gpu"], r["uuid"])
             for r in labels_of(samples, "wattprobe_gpu_allocation_info")
         )
         assert rows == [
