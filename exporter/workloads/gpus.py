@@ -59,17 +59,6 @@ def is_gpu_resource(resource_name: str, patterns: Sequence[str] = DEFAULT_GPU_RE
     return any(fnmatchcase(resource_name, p) for p in patterns)
 
 
-def parse_gpu_resources(text: str) -> tuple[str, ...]:
-    """'nvidia.com/gpu*,example.com/vgpu' -> patterns; ValueError on an empty or odd entry."""
-    patterns = tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
-    for p in patterns:
-        if " " in p or "/" not in p:
-            raise ValueError(f"{p!r}: give resource names or shell patterns like vendor.com/gpu*")
-    if not patterns:
-        raise ValueError("give at least one GPU resource name")
-    return patterns
-
-
 @dataclass(frozen=True)
 class GpuDirectory:
     """What NVML knows about this node's GPUs; every table may be empty."""
