@@ -22,7 +22,7 @@ from exporter.workloads.kube import KubeWorkloads
 from exporter.workloads.podresources.client import PodResourcesClient
 from exporter.workloads.podresources.poller import PodResourcesPoller
 from exporter.workloads.pods import PodStore, parse_pod
-from tests.kubefakes import Claimed, Ctr, FakePodResources, pod_object
+from tests.kubefakes import Assigned, Claimed, Ctr, FakePodResources, pod_object
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cdi"
 GPU0 = "GPU-5c8e1f3a-2b4d-4e6f-8a1b-3c5d7e9f0a01"  # minor 0, index 0
@@ -215,3 +215,56 @@ def test_check_says_what_it_found_and_what_not(node: tuple[FakePodResources, Pat
     assert "bad CDI spec" in items and "claim_broken.yaml: not YAML" in items
     assert "unresolved claim of ml/ghost/main: claim ml/ghost-gpu" in items
     assert "/dev/nvidia9, which this node does not have" in items
+
+
+def test_volcano_placeholders_follow_the_pods_annotation(
+    node: tuple[FakePodResources, Path],
+) -> None:
+    """Volcano's vGPU plugin: the kubelet handed out placeholders of GPU 0 to both pods, but the
+    scheduler gave svc-b GPU 1 (its pod's volcano.sh/vgpu-ids-new annotation, through the pod
+    source); svc-a's pod has no annotation and the node has two GPUs: no holder, one report."""
+    fake, root = node
+    fake.lister.claimed = []
+    fake.lister.assigned = [
+        Assigned("ml", "svc-a", "main", "volcano.sh/vgpu-number", [f"{GPU0}-3"]),
+        Assigned("ml", "svc-b", "main", "volcano.sh/vgpu-number", [f"{GPU0}-4", f"{GPU0}-5"]),
+        Assigned(
+            "ml",
+            "svc-b",
+            "main",
+            "volcano.sh/vgpu-memory",
+            [f"{GPU0}-memory-{i}" for i in range(3)],
+        ),
+    ]
+    pods = []
+    for name in ("svc-a", "svc-b"):
+        obj = pod_object(
+            name=name,
+            namespace="ml",
+            uid=UIDS[name],
+            containers=[Ctr("main", f"containerd://{CIDS[name]}")],
+        )
+        if name == "svc-b":
+            obj["metadata"].setdefault("annotations", {})["volcano.sh/vgpu-ids-new"] = (
+                f"{GPU1},NVIDIA,8000,50:"
+            )
+        pods.append(obj)
+    store = PodStore(ttl_s=3600, deleted_retention_s=600)
+    store.replace(p for p in map(parse_pod, pods) if p is not None)
+    poller = PodResourcesPoller(
+        PodResourcesClient(fake.socket_path, timeout_s=2), interval_s=10, ttl_s=3600
+    )
+    poller.poll_once()
+    kube = KubeWorkloads(store=store, pod_source=None, podresources=poller)
+    kube.set_gpu_directory(lambda: directory(root))
+    try:
+        assert kube.gpu_allocations() == (GpuAllocation("1", GPU1, "", "", "ml", "svc-b", "main"),)
+        assert kube.gpu_holders(GPU1) == (
+            ContainerRef(container_id=CIDS["svc-b"], pod_uid=UIDS["svc-b"]),
+        )
+        assert kube.gpu_holders(GPU0) == ()
+        assert [(u.holder, u.what) for u in kube.holdings().unresolved] == [
+            ("ml/svc-a/main", f"{GPU0}-3")
+        ]
+    finally:
+        poller.stop()
