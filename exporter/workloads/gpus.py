@@ -327,8 +327,8 @@ class Holdings:
 
 EMPTY_HOLDINGS = Holdings()
 
-# a sharing plugin's placeholders: the GPU really given, per container, where known (Volcano's
-# annotation, exporter/workloads/kube.py); key (namespace, pod, container) -> GPU UUIDs
+# a sharing plugin's placeholders: the GPUs really given to (namespace, pod, container) for a
+# resource, where known (Volcano's annotation, exporter/workloads/kube.py); None: not known
 AssignedByAnnotation = Callable[[str, str, str, str], Sequence[str] | None]
 
 
