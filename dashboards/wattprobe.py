@@ -581,7 +581,7 @@ def gpu_fleet(settings: Settings) -> JSON:
     whole = sel('gpu=~"$gpu"', 'gpu_instance=""')  # whole GPUs, not their MIG instances
     mig = sel('gpu=~"$gpu"', 'gpu_instance!=""')
     allocations = (
-        "max by (node, gpu, gpu_instance, uuid, namespace, pod, container) "
+        "max by (node, gpu, gpu_instance, uuid, namespace, pod, container, claim) "
         f"(wattprobe_gpu_allocation_info{gpus})"
     )
     temperature_steps = thresholds(("green", None), ("orange", 80), ("red", 85))
@@ -838,9 +838,10 @@ def gpu_fleet(settings: Settings) -> JSON:
     lay.add(
         table(
             "GPU allocation",
-            "Which pod holds which GPU, time-slice of it or MIG instance (gpu_instance) according "
-            "to the kubelet's PodResources, with the GPU's current utilization (n/a: NVML "
-            "reports none, as for GPUs in MIG mode).",
+            "Which pod holds which GPU, time-slice or share of it or MIG instance (gpu_instance) "
+            "according to the kubelet's PodResources, through a device plugin or a DRA "
+            "ResourceClaim (claim), with the GPU's current utilization (n/a: NVML reports none, "
+            "as for GPUs in MIG mode).",
             [
                 Query(
                     f"{allocations} * on (uuid) group_left () "

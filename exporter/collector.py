@@ -174,6 +174,7 @@ class SnapshotCollector(Collector):
                     ("uuid", a.uuid),
                     ("gpu_instance", a.gpu_instance),
                     ("mig_device", a.mig_device),
+                    ("claim", a.claim),
                 )
                 for key, value in parts:
                     if value:

@@ -12,6 +12,11 @@ from pathlib import Path
 DEFAULT_PORT = 28390
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 PODRESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+# where CDI specs live (the CDI reference library's defaults; the later directory wins a clash)
+CDI_SPEC_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+# device plugin resources that are GPUs (shell patterns): NVIDIA's plugin, its time-slicing and
+# MPS renames (nvidia.com/gpu.shared), GKE's plugin, MIG resources, Volcano's vGPU count
+DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu*", "nvidia.com/mig-*", "volcano.sh/vgpu-number")
 
 
 class ActivitySource(StrEnum):
@@ -185,6 +190,8 @@ class Config:
     kube_metadata_ttl_s: float = 3600.0
     kube_pod_labels: tuple[str, ...] = ()  # wattprobe_pod_info allow-list; empty: no such metric
     podresources_socket: Path | None = PODRESOURCES_SOCKET  # None: PodResources off
+    cdi_spec_dirs: tuple[Path, ...] = CDI_SPEC_DIRS  # DRA claims' CDI devices -> GPUs
+    gpu_resources: tuple[str, ...] = DEFAULT_GPU_RESOURCES  # device plugin resources: GPUs
     source_timeout_s: float | None = None  # None: half the interval, at least MIN_SOURCE_TIMEOUT_S
 
     @property

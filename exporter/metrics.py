@@ -319,11 +319,13 @@ KUBE_CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(
         "gpu_allocation_info",
         "gauge",
-        "The container holds this GPU, a time-slice of it or a MIG device on it, per the "
-        "kubelet's PodResources API, value 1. gpu, uuid and gpu_instance are left out while NVML "
-        "does not know them; mig_device is the MIG device as the device plugin names it.",
+        "The container holds this GPU, a time-slice or share of it or a MIG device on it, per the "
+        "kubelet's PodResources API (device plugins, and DRA claims through the node's CDI "
+        "specs), value 1. gpu, uuid and gpu_instance are left out while NVML does not know "
+        "them; mig_device is the MIG device as the device plugin (or CDI) names it; claim is "
+        "the DRA ResourceClaim in the pod's namespace, left out for device plugin allocations.",
         ("namespace", "pod", "container"),
-        ("gpu", "uuid", "gpu_instance", "mig_device"),
+        ("gpu", "uuid", "gpu_instance", "mig_device", "claim"),
         section="Kubernetes",
     ),
 )

@@ -97,6 +97,7 @@ class GpuAllocation:
     namespace: str
     pod: str
     container: str
+    claim: str = ""  # the DRA ResourceClaim that gave it, "" for device plugin allocations
 
 
 @dataclass(frozen=True)

@@ -580,9 +580,25 @@ class Assigned:
     device_ids: Sequence[str]
 
 
+@dataclass
+class Claimed:
+    """A device a container holds through a DRA ResourceClaim (one ClaimResource)."""
+
+    namespace: str
+    pod: str
+    container: str
+    claim: str
+    cdi_devices: Sequence[str]
+    driver: str = "gpu.nvidia.com"
+    pool: str = "node-1"
+    device: str = ""
+    share_id: str | None = None
+
+
 class _Lister(api_pb2_grpc.PodResourcesListerServicer):  # type: ignore[misc]
     def __init__(self) -> None:
         self.assigned: list[Assigned] = []
+        self.claimed: list[Claimed] = []
         self.allocatable: list[tuple[str, Sequence[str]]] = []
         self.allocatable_unimplemented = False
         self.calls = 0
@@ -600,6 +616,29 @@ class _Lister(api_pb2_grpc.PodResourcesListerServicer):  # type: ignore[misc]
             if container is None:
                 container = pod.containers.add(name=a.container, cpu_ids=[2, 3])
             container.devices.add(resource_name=a.resource, device_ids=list(a.device_ids))
+        for c in self.claimed:
+            pod = pods.setdefault(
+                (c.namespace, c.pod), api_pb2.PodResources(name=c.pod, namespace=c.namespace)
+            )
+            container = next((x for x in pod.containers if x.name == c.container), None)
+            if container is None:
+                container = pod.containers.add(name=c.container)
+            # one DynamicResource per claim and container, a ClaimResource per device
+            dynamic = next(
+                (d for d in container.dynamic_resources if d.claim_name == c.claim), None
+            )
+            if dynamic is None:
+                dynamic = container.dynamic_resources.add(
+                    claim_name=c.claim, claim_namespace=c.namespace
+                )
+            resource = dynamic.claim_resources.add(
+                cdi_devices=[api_pb2.CDIDevice(name=n) for n in c.cdi_devices],
+                driver_name=c.driver,
+                pool_name=c.pool,
+                device_name=c.device,
+            )
+            if c.share_id is not None:
+                resource.share_id = c.share_id
         return api_pb2.ListPodResourcesResponse(pod_resources=list(pods.values()))
 
     def GetAllocatableResources(

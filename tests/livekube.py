@@ -29,6 +29,7 @@ from tests.fixturehost import FixtureHost
 from tests.kubeenv import as_apiserver_pods, fixture_pods
 from tests.kubefakes import (
     Assigned,
+    Claimed,
     Ctr,
     FakeApiserver,
     FakeKubelet,
@@ -132,6 +133,12 @@ def mig_pods(node: str) -> list[dict[str, Any]]:
     return fleet_pods(node) + [gpu_pod_object(p, n, c, node) for p, n, c in MIG_PODS]
 
 
+# The idle GPU is held through a DRA ResourceClaim (the NVIDIA DRA driver's per-claim CDI
+# spec names it by UUID), the others through the device plugin's time-slices.
+IDLE_GPU_CLAIM = "notebook-gpu"
+_IDLE_CLAIM_UID = "4d5e6f70-8192-4a3b-9c4d-5e6f708192a3"
+
+
 def h100_assignments(scenario: Scenario) -> tuple[list[Assigned], list[tuple[str, Sequence[str]]]]:
     """What PodResources says on the H100 node: (assigned devices, allocatable devices)."""
     names = _names(H100_PODS)
@@ -144,6 +151,7 @@ def h100_assignments(scenario: Scenario) -> tuple[list[Assigned], list[tuple[str
             [f"{scenario[f'gpu.{gpu}.uuid']}::{replica}"],
         )
         for gpu, holders in H100_HOLDERS.items()
+        if gpu != IDLE_GPU
         for replica, pod in enumerate(holders)
     ]
     allocatable = [
@@ -152,6 +160,29 @@ def h100_assignments(scenario: Scenario) -> tuple[list[Assigned], list[tuple[str
         for replica in range(REPLICAS)
     ]
     return assigned, [("nvidia.com/gpu", allocatable)]
+
+
+def h100_claims(scenario: Scenario, cdi_dir: Path) -> list[Claimed]:
+    """The H100 node's DRA claims, and the CDI spec the driver would have written for them."""
+    name, container = _names(H100_PODS)[POD_IDLE]
+    device = f"{_IDLE_CLAIM_UID}-gpu-{IDLE_GPU}"
+    cdi_dir.mkdir(parents=True, exist_ok=True)
+    (cdi_dir / f"k8s.gpu.nvidia.com-claim_{_IDLE_CLAIM_UID}.yaml").write_text(
+        "cdiVersion: 0.5.0\nkind: k8s.gpu.nvidia.com/claim\ndevices:\n"
+        f"- name: {device}\n  containerEdits:\n    env:\n"
+        f"    - NVIDIA_VISIBLE_DEVICES={scenario[f'gpu.{IDLE_GPU}.uuid']}\n"
+        "containerEdits:\n  env:\n  - NVIDIA_VISIBLE_DEVICES=void\n"
+    )
+    return [
+        Claimed(
+            GPU_NAMESPACE,
+            name,
+            container,
+            IDLE_GPU_CLAIM,
+            [f"k8s.gpu.nvidia.com/claim={device}"],
+            device=f"gpu-{IDLE_GPU}",
+        )
+    ]
 
 
 def mig_profile(scenario: Scenario, device: int) -> str:
@@ -257,14 +288,18 @@ class LiveKube:
         node: str,
         assigned: list[Assigned],
         allocatable: list[tuple[str, Sequence[str]]],
+        claimed: Sequence[Claimed] = (),
+        cdi_dir: Path | None = None,
     ) -> list[str]:
         """A PodResources server for node; flags that replace the kubelet()'s "none"."""
         server = FakePodResources(self.socket_dir / f"{node}.sock")
         server.lister.assigned = assigned
         server.lister.allocatable = allocatable
+        server.lister.claimed = list(claimed)
         server.start()
         self.servers.append(server)
-        return ["--kube.podresources-socket", str(server.socket_path)]
+        cdi = ["--kube.cdi-spec-dirs", str(cdi_dir)] if cdi_dir is not None else []
+        return ["--kube.podresources-socket", str(server.socket_path), *cdi]
 
     def stop(self) -> None:
         # in parallel: each HTTP server takes up to its poll interval (0.5 s) to shut down

@@ -50,6 +50,7 @@ from tests.livekube import (
     add_nvidia_driver,
     fleet_pods,
     h100_assignments,
+    h100_claims,
     h100_pods,
     mig_assignments,
     mig_pods,
@@ -360,7 +361,12 @@ def _fleet(workdir: Path, library: Path, kube: LiveKube) -> list[Node]:
             gpus=h100,
             kube_args=[
                 *kube.kubelet("gpu", h100_pods(gpu_host, "gpu")),
-                *kube.podresources("gpu", *h100_assignments(h100.scenario)),
+                *kube.podresources(
+                    "gpu",
+                    *h100_assignments(h100.scenario),
+                    claimed=h100_claims(h100.scenario, workdir / "gpu-cdi"),
+                    cdi_dir=workdir / "gpu-cdi",
+                ),
             ],
             more_busy_pids=(POD_IDLE.pid,),
         ),

@@ -160,6 +160,8 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         ("--kube.metadata-ttl", "-1s"),
         ("--kube.pod-labels", "team,app*"),
         ("--kube.pod-source", "etcd"),
+        ("--kube.gpu-resources", "gpu"),  # no vendor domain: not a resource name
+        ("--kube.gpu-resources", " , "),
     ],
 )
 def test_bad_flags_give_one_line(flag: str, value: str) -> None:

@@ -36,6 +36,7 @@ from tests.livekube import (
     H100_HOLDERS,
     H100_PODS,
     IDLE_GPU,
+    IDLE_GPU_CLAIM,
     MIG_HOLDERS,
     MIG_PODS,
     POD_IDLE,
@@ -434,6 +435,12 @@ def test_gpu_allocation_panels_show_who_holds_which_gpu(stack: LiveStack) -> Non
     }
     assert all(math.isnan(v) for v in mig.values())
     assert set(got) == set(want) | {("sensorless", "0", *k) for k in mig}
+    # the idle GPU is held through a DRA claim, the time-slices through the device plugin
+    claims = {s["metric"].get("claim", "") for s in rows if s["metric"]["gpu"] == str(IDLE_GPU)}
+    assert claims == {IDLE_GPU_CLAIM}
+    assert {s["metric"].get("claim", "") for s in rows if s["metric"]["gpu"] != str(IDLE_GPU)} == {
+        ""
+    }
 
     (idle,) = run_panel(stack, fleet, "Allocated GPUs idle for 1 h")["A"]
     assert last(idle) == 1  # GPU 4 (held by the notebook); 6 and 7 are idle but not held
@@ -628,6 +635,12 @@ def test_alert_rules_fire_exactly_where_the_live_fleet_is_degraded(stack: LiveSt
     }
     assert idle["annotations"]["summary"] == (
         f"GPU {IDLE_GPU} on gpu is allocated to {GPU_NAMESPACE}/{pod_name(POD_IDLE)} but idle."
+    )
+    # held through a DRA ResourceClaim: the alert names it
+    assert idle["labels"]["claim"] == IDLE_GPU_CLAIM
+    assert (
+        f"through ResourceClaim {IDLE_GPU_CLAIM} for over an hour"
+        in (idle["annotations"]["description"])
     )
     full = next(a for k, a in by_key.items() if k[0] == "WattprobeGpuMemoryNearlyFull")
     assert full["labels"]["compute_instance"] == "0"

@@ -71,11 +71,14 @@ UPSTREAM_FIELDS = [
     ("ContainerMemory", "topology", 3),
     ("TopologyInfo", "nodes", 1),
     ("NUMANode", "ID", 1),
-    ("DynamicResource", "class_name", 1),
     ("DynamicResource", "claim_name", 2),
     ("DynamicResource", "claim_namespace", 3),
     ("DynamicResource", "claim_resources", 4),
     ("ClaimResource", "cdi_devices", 1),
+    ("ClaimResource", "driver_name", 2),
+    ("ClaimResource", "pool_name", 3),
+    ("ClaimResource", "device_name", 4),
+    ("ClaimResource", "share_id", 5),
     ("CDIDevice", "name", 1),
     ("GetPodResourcesRequest", "pod_name", 1),
     ("GetPodResourcesRequest", "pod_namespace", 2),
@@ -93,3 +96,22 @@ def test_upstream_service() -> None:
     service = api_pb2.DESCRIPTOR.services_by_name["PodResourcesLister"]
     assert service.full_name == "v1.PodResourcesLister"
     assert {m.name for m in service.methods} == {"List", "GetAllocatableResources", "Get"}
+
+
+def test_a_kubelet_before_1_31_still_decodes() -> None:
+    """Older kubelets send DynamicResource.class_name as field 1 (a tombstone now): it is
+    skipped as an unknown field and the claim's name and namespace still decode."""
+
+    def field(number: int, text: str) -> bytes:  # a length-delimited field, short values only
+        data = text.encode()
+        return bytes([number << 3 | 2, len(data)]) + data
+
+    cdi = field(1, "k8s.gpu.nvidia.com/claim=abc-gpu-0")
+    old = field(1, "gpu.nvidia.com") + field(2, "train") + field(3, "ml")
+    old += bytes([4 << 3 | 2, len(cdi) + 2, 1 << 3 | 2, len(cdi)]) + cdi
+    decoded = api_pb2.DynamicResource.FromString(old)
+    assert (decoded.claim_name, decoded.claim_namespace) == ("train", "ml")
+    assert [d.name for r in decoded.claim_resources for d in r.cdi_devices] == [
+        "k8s.gpu.nvidia.com/claim=abc-gpu-0"
+    ]
+    assert 1 not in {f.number for f in api_pb2.DynamicResource.DESCRIPTOR.fields}

@@ -9,7 +9,14 @@ from typing import Any, TypeVar
 
 import click
 
-from exporter.config import PODRESOURCES_SOCKET, SERVICE_ACCOUNT_DIR, PodSource, parse_duration
+from exporter.config import (
+    CDI_SPEC_DIRS,
+    DEFAULT_GPU_RESOURCES,
+    PODRESOURCES_SOCKET,
+    SERVICE_ACCOUNT_DIR,
+    PodSource,
+    parse_duration,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -36,6 +43,20 @@ def _label_list(_ctx: click.Context, _param: click.Parameter, value: str) -> tup
         if "*" in key or " " in key:
             raise click.BadParameter(f"{key!r}: give exact label keys, comma-separated")
     return keys
+
+
+def _path_list(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[Path, ...]:
+    return tuple(dict.fromkeys(Path(p.strip()) for p in value.split(",") if p.strip()))
+
+
+def _gpu_resources(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, ...]:
+    patterns = tuple(dict.fromkeys(p.strip() for p in value.split(",") if p.strip()))
+    for p in patterns:
+        if " " in p or "/" not in p:
+            raise click.BadParameter(f"{p!r}: give resource names or patterns like vendor.com/gpu*")
+    if not patterns:
+        raise click.BadParameter("give at least one GPU resource name")
+    return patterns
 
 
 def kube_options(func: F) -> F:
@@ -131,6 +152,22 @@ def kube_options(func: F) -> F:
             default=str(PODRESOURCES_SOCKET),
             callback=_optional_path,
             help='kubelet PodResources socket (GPU -> pod); "none" or empty turns it off',
+        ),
+        option(
+            "--kube.gpu-resources",
+            "gpu_resources",
+            default=",".join(DEFAULT_GPU_RESOURCES),
+            callback=_gpu_resources,
+            help="device plugin resources that are GPUs, comma-separated shell patterns (add a "
+            "sharing plugin's renamed resource here; docs/kubernetes.md lists the ID formats)",
+        ),
+        option(
+            "--kube.cdi-spec-dirs",
+            "cdi_spec_dirs",
+            default=",".join(str(d) for d in CDI_SPEC_DIRS),
+            callback=_path_list,
+            help="CDI spec directories (the host's, as mounted), comma-separated: how DRA "
+            "claims' CDI devices name GPUs; later ones win a clash",
         ),
     ]
     for opt in reversed(opts):

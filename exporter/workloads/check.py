@@ -13,7 +13,16 @@ from exporter.config import Config, PodSource
 from exporter.readings import SourceError
 from exporter.sourcespec import IDENTITY, KUBERNETES, CheckResult, SourceSpec
 from exporter.workloads.apiserver import ApiserverPodSource
-from exporter.workloads.gpus import is_gpu_resource
+from exporter.workloads.cdi import CdiIndex, CdiScanner
+from exporter.workloads.gpus import (
+    ClaimDevice,
+    GpuDirectory,
+    Holdings,
+    device_minors,
+    is_gpu_resource,
+    mig_capability_minors,
+    resolve_holdings,
+)
 from exporter.workloads.kube import (
     apiserver_url,
     endpoint,
@@ -110,9 +119,13 @@ def _podresources(config: Config) -> CheckResult:
     assert config.podresources_socket is not None
     client = PodResourcesClient(config.podresources_socket, timeout_s=config.kube_timeout_s)
     try:
-        devices = [d for d in client.list_assignments() if is_gpu_resource(d.resource)]
+        listed, claims = client.list_all()
         try:
-            allocatable = sum(1 for r, _ in client.allocatable_devices() if is_gpu_resource(r))
+            allocatable = sum(
+                1
+                for r, _ in client.allocatable_devices()
+                if is_gpu_resource(r, config.gpu_resources)
+            )
             also = f", {allocatable} allocatable GPU devices"
         except SourceError as exc:
             also = f", allocatable unknown ({exc.reason})"
@@ -120,9 +133,45 @@ def _podresources(config: Config) -> CheckResult:
         return _failure("podresources", exc)
     finally:
         client.close()
-    holders = len({(d.namespace, d.pod, d.container) for d in devices})
-    found = f"{len(devices)} GPU allocations to {holders} containers{also}"
-    return CheckResult("podresources", KUBERNETES, True, found=found)
+    devices = [d for d in listed if is_gpu_resource(d.resource, config.gpu_resources)]
+    cdi = CdiScanner(config.cdi_spec_dirs).scan()
+    # no NVML here: the driver's minor numbers (and MIG capabilities) stand for the node's GPUs
+    directory = GpuDirectory(
+        index_by_minor={m: str(m) for m in device_minors(config.procfs).values()},
+        mig_by_cap_minor=mig_capability_minors(config.procfs),
+    )
+    held = resolve_holdings(devices, claims, cdi, directory, gpu_resources=config.gpu_resources)
+    holders = len({(h.namespace, h.pod, h.container) for h in held.holdings})
+    found = (
+        f"{len(held.holdings)} GPU allocations to {holders} containers "
+        f"({held.devices} device plugin devices, {held.claims} DRA claim devices){also}"
+    )
+    return CheckResult(
+        "podresources", KUBERNETES, True, found=found, items=_allocation_items(held, cdi, claims)
+    )
+
+
+def _allocation_items(held: Holdings, cdi: CdiIndex, claims: list[ClaimDevice]) -> tuple[str, ...]:
+    """What `check` lists under PodResources: each allocation source, then what did not resolve."""
+    items = [f"device plugins: {held.devices} GPU devices resolved"]
+    if claims:
+        items.append(
+            f"DRA claims: {len(claims)} claim devices, {held.claims} resolved "
+            f"({held.by_spec} through CDI specs, {held.by_name} by the NVIDIA driver's names)"
+        )
+    else:
+        items.append("DRA claims: none on this node")
+    specs = f"CDI specs: {cdi.specs} read, {len(cdi.devices)} devices"
+    if cdi.dirs:
+        specs += f" in {', '.join(cdi.dirs)}"
+    if cdi.missing_dirs:
+        specs += f"; missing: {', '.join(cdi.missing_dirs)}"
+    items.append(specs)
+    items.extend(f"bad CDI spec {p.path}: {p.reason}" for p in cdi.problems)
+    items.extend(
+        f"unresolved {u.source} of {u.holder}: {u.what}: {u.reason}" for u in held.unresolved
+    )
+    return tuple(items)
 
 
 def kube_checks(config: Config, environ: Mapping[str, str] | None = None) -> list[CheckResult]:

@@ -14,23 +14,31 @@ import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from exporter.config import Config, PodSource
+from exporter.config import DEFAULT_GPU_RESOURCES, Config, PodSource
 from exporter.identity import ContainerRef, NoNames, WorkloadNames
 from exporter.readings import SourceStatus
 from exporter.snapshot import GpuAllocation, PodInfo
 from exporter.workloads.apiserver import ApiserverPodSource
+from exporter.workloads.cdi import CdiScanner
 from exporter.workloads.gpus import (
     EMPTY_DIRECTORY,
+    EMPTY_HOLDINGS,
+    VOLCANO_VGPU,
     DeviceAssignment,
     GpuDirectory,
-    gpu_allocations,
-    holders_of,
+    Holdings,
+    allocations_of,
+    holders_in,
+    resolve_holdings,
 )
 from exporter.workloads.kubeapi import Endpoint, KubeClient
 from exporter.workloads.kubelet import KubeletPodSource
-from exporter.workloads.pods import KubeNames, PodStore
+from exporter.workloads.pods import KubeNames, PodIndex, PodStore
+
+if TYPE_CHECKING:  # the poller's module loads grpc; only its type is needed here
+    from exporter.workloads.podresources.poller import Assignments
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +55,7 @@ class PodSourceThread(Protocol):
 
 class AssignmentSource(Protocol):
     def assignments(self) -> tuple[DeviceAssignment, ...]: ...
+    def latest(self) -> Assignments | None: ...
     def statuses(self) -> list[SourceStatus]: ...
     def start(self) -> None: ...
     def stop(self) -> None: ...
@@ -134,12 +143,16 @@ class KubeWorkloads:
         podresources: AssignmentSource | None,
         label_keys: Sequence[str] = (),
         on_unknown: Callable[[], None] | None = None,
+        gpu_resources: Sequence[str] = DEFAULT_GPU_RESOURCES,
     ) -> None:
         self.store = store
         self.pod_source = pod_source
         self.podresources = podresources
         self._label_keys = tuple(label_keys)
+        self._gpu_resources = tuple(gpu_resources)
         self._directory: Callable[[], GpuDirectory] = lambda: EMPTY_DIRECTORY
+        # the last resolution, kept while its inputs are the same objects (one per interval)
+        self._resolved: tuple[object, object, object, Holdings] | None = None
         self.names: WorkloadNames = (
             KubeNames(store, on_unknown=on_unknown) if store is not None else NoNames()
         )
@@ -169,6 +182,8 @@ class KubeWorkloads:
                 PodResourcesClient(sock, timeout_s=config.kube_timeout_s),
                 interval_s=config.kube_poll_interval_s,
                 ttl_s=config.kube_metadata_ttl_s,
+                cdi=CdiScanner(config.cdi_spec_dirs),
+                gpu_resources=config.gpu_resources,
             )
         return cls(
             store=store,
@@ -176,6 +191,7 @@ class KubeWorkloads:
             podresources=podresources,
             label_keys=config.kube_pod_labels,
             on_unknown=on_unknown,
+            gpu_resources=config.gpu_resources,
         )
 
     # -- lifecycle --------------------------------------------------------------------
@@ -210,13 +226,34 @@ class KubeWorkloads:
         }
         return tuple(rows[uid] for uid in sorted(rows))
 
+    def holdings(self) -> Holdings:
+        """Who holds which GPU, from device plugins and DRA claims alike (and what did not
+        resolve); computed once per new PodResources list, pod index or GPU directory."""
+        latest = self.podresources.latest() if self.podresources is not None else None
+        if latest is None:
+            return EMPTY_HOLDINGS
+        directory = self._directory()
+        index = self.store.index() if self.store is not None else None
+        cached = self._resolved
+        if cached is not None and cached[:3] == (latest, directory, index):
+            return cached[3]
+        got = resolve_holdings(
+            latest.devices,
+            latest.claims,
+            latest.cdi,
+            directory,
+            gpu_resources=self._gpu_resources,
+            assigned=_volcano_assigned(index) if index is not None else None,
+        )
+        self._resolved = (latest, directory, index, got)
+        return got
+
     def gpu_allocations(self) -> tuple[GpuAllocation, ...]:
-        if self.podresources is None:
-            return ()
-        return gpu_allocations(self.podresources.assignments(), self._directory())
+        return allocations_of(self.holdings().holdings)
 
     def gpu_holders(self, uuid: str) -> tuple[ContainerRef, ...]:
-        """Containers holding the GPU (or MIG device) `uuid`, for the idle "requests" policy.
+        """Containers holding the GPU (or MIG device) `uuid`, whatever allocated it (a device
+        plugin or a DRA claim), for the idle "holders" and "requests" policies.
 
         PodResources names pods and containers; the pod metadata turns a name into the running
         container's id and the pod's uid. A holder whose pod or container id is not known (no pod
@@ -226,11 +263,12 @@ class KubeWorkloads:
         """
         if self.podresources is None or self.store is None:
             return ()
+        holdings = self.holdings().holdings
+        if not holdings:
+            return ()
         index = self.store.index()
         refs: dict[ContainerRef, None] = {}
-        for namespace, pod_name, container in holders_of(
-            uuid, self.podresources.assignments(), self._directory()
-        ):
+        for namespace, pod_name, container in holders_in(uuid, holdings):
             pod = index.by_name.get((namespace, pod_name))
             container_id = pod.container_id(container) if pod is not None else ""
             if pod is not None and container_id:
@@ -240,6 +278,19 @@ class KubeWorkloads:
     def set_gpu_directory(self, directory: Callable[[], GpuDirectory]) -> None:
         """Where NVML's view of the GPUs comes from (index, MIG parents, minor numbers)."""
         self._directory = directory
+
+
+def _volcano_assigned(index: PodIndex) -> Callable[[str, str, str, str], Sequence[str] | None]:
+    """The GPUs Volcano's vGPU scheduler gave a container (its pod's volcano.sh/vgpu-ids-new
+    annotation), for the plugin's placeholder device IDs."""
+
+    def assigned(namespace: str, pod: str, container: str, resource: str) -> Sequence[str] | None:
+        if resource != VOLCANO_VGPU:
+            return None
+        meta = index.by_name.get((namespace, pod))
+        return meta.vgpu_uuids(container) if meta is not None else None
+
+    return assigned
 
 
 def _pod_source(

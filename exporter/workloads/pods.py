@@ -21,6 +21,12 @@ from exporter.identity import ContainerRef
 # Static pods: the kubelet names their cgroup after the config hash; the apiserver shows a mirror
 # pod with its own uid and the hash in this annotation.
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+# Volcano's vGPU scheduler writes the GPUs it gave each container here (its device plugin's
+# IDs are placeholders the kubelet picks at random): containers in spec order separated by ";",
+# each a list of "<uuid>,<type>,<memory MiB>,<cores %>:" (Project-HAMi/volcano-vgpu-device-plugin
+# pkg/util: AssignedIDsAnnotations, EncodePodDevices)
+VOLCANO_VGPU_ANNOTATION = "volcano.sh/vgpu-ids-new"
+_MAX_ANNOTATION = 65536
 _STATUS_LISTS = ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses")
 
 
@@ -39,6 +45,14 @@ class PodMeta:
     labels: tuple[tuple[str, str], ...]  # allow-listed labels only
     containers: tuple[ContainerMeta, ...]
     aliases: tuple[str, ...] = ()  # other uids of the same pod (a static pod's mirror uid)
+    vgpus: tuple[tuple[str, tuple[str, ...]], ...] = ()  # Volcano vGPU: container -> GPU UUIDs
+
+    def vgpu_uuids(self, container: str) -> tuple[str, ...] | None:
+        """The GPUs Volcano's scheduler gave the named container; None when it says nothing."""
+        for name, uuids in self.vgpus:
+            if name == container:
+                return uuids
+        return None
 
     def container_id(self, name: str) -> str:
         """The id of the running instance of the named container, or ""."""
@@ -102,7 +116,30 @@ def parse_pod(obj: object, label_keys: Sequence[str] = ()) -> PodMeta | None:
         labels=kept,
         containers=tuple(containers),
         aliases=(api_uid,) if mirror and mirror != api_uid else (),
+        vgpus=volcano_vgpus(
+            _str(_dict(meta, "annotations"), VOLCANO_VGPU_ANNOTATION),
+            [_str(c, "name") for c in _list(_dict(obj, "spec"), "containers")],
+        ),
     )
+
+
+def volcano_vgpus(text: str, containers: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Volcano's volcano.sh/vgpu-ids-new annotation -> (container, GPU UUIDs) in spec order;
+    malformed parts are skipped (never raises)."""
+    if not text or len(text) > _MAX_ANNOTATION:
+        return ()
+    out: list[tuple[str, tuple[str, ...]]] = []
+    for name, part in zip(containers, text.split(";"), strict=False):
+        uuids = tuple(
+            dict.fromkeys(
+                dev.split(",", 1)[0].strip()
+                for dev in part.split(":")[:64]
+                if "," in dev and dev.split(",", 1)[0].strip().startswith(("GPU-", "MIG-"))
+            )
+        )
+        if name and uuids:
+            out.append((name, uuids))
+    return tuple(out)
 
 
 def node_name_of(obj: object) -> str:

@@ -246,6 +246,19 @@ def test_ebpf_settings(overlay: str) -> None:
         assert all(m.get("mountPropagation") in (None, "None") for m in mounts.values())
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_cdi_specs_are_read_where_the_agent_looks(overlay: str) -> None:
+    """DRA claims name GPUs through the host's CDI specs (docs/kubernetes.md): both CDI
+    directories are mounted read-only where --kube.cdi-spec-dirs points."""
+    for ds in _agents(build(overlay)):
+        dirs = env_of(_pod(ds)["containers"][0]).get("WATTPROBE_KUBE_CDI_SPEC_DIRS") or ""
+        mounts, volumes = _mounts(ds), _volumes(ds)
+        for path, host in (("/host/etc/cdi", "/etc/cdi"), ("/host/var/run/cdi", "/var/run/cdi")):
+            assert path in dirs.split(",")
+            assert volumes[mounts[path]["name"]]["hostPath"]["path"] == host
+            assert mounts[path].get("readOnly") is True
+
+
 # -- one source of truth: alerts/ and dashboards/ ----------------------------------------------
 
 

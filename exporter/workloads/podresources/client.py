@@ -15,7 +15,7 @@ import grpc
 
 from exporter.config import PODRESOURCES_SOCKET
 from exporter.readings import SourceError
-from exporter.workloads.gpus import DeviceAssignment
+from exporter.workloads.gpus import ClaimDevice, DeviceAssignment
 from exporter.workloads.podresources import api_pb2, api_pb2_grpc
 
 DEFAULT_SOCKET = PODRESOURCES_SOCKET
@@ -44,25 +44,16 @@ class PodResourcesClient:
         self._stub: api_pb2_grpc.PodResourcesListerStub | None = None
 
     def list_assignments(self) -> list[DeviceAssignment]:
-        """Every device assigned to every container on the node."""
+        """Every device plugin device assigned to every container on the node."""
+        return self.list_all()[0]
+
+    def list_all(self) -> tuple[list[DeviceAssignment], list[ClaimDevice]]:
+        """Every device assigned to every container on the node: by device plugins, and by DRA
+        claims (dynamic_resources: one ClaimDevice per ClaimResource)."""
         response: api_pb2.ListPodResourcesResponse = self._call(
             "List", api_pb2.ListPodResourcesRequest()
         )
-        out = []
-        for pod in response.pod_resources:
-            for container in pod.containers:
-                for devices in container.devices:
-                    for device_id in devices.device_ids:
-                        out.append(
-                            DeviceAssignment(
-                                namespace=pod.namespace,
-                                pod=pod.name,
-                                container=container.name,
-                                resource=devices.resource_name,
-                                device_id=device_id,
-                            )
-                        )
-        return out
+        return _devices(response), _claims(response)
 
     def allocatable_devices(self) -> list[tuple[str, str]]:
         """(resource name, device id) of every device the kubelet can hand out."""
@@ -113,3 +104,43 @@ class PodResourcesClient:
             raise SourceError("unreachable", f"{self.socket_path}: {exc}") from None
         if not stat.S_ISSOCK(mode):
             raise SourceError("unreachable", f"{self.socket_path} is not a socket")
+
+
+def _devices(response: api_pb2.ListPodResourcesResponse) -> list[DeviceAssignment]:
+    out = []
+    for pod in response.pod_resources:
+        for container in pod.containers:
+            for devices in container.devices:
+                for device_id in devices.device_ids:
+                    out.append(
+                        DeviceAssignment(
+                            namespace=pod.namespace,
+                            pod=pod.name,
+                            container=container.name,
+                            resource=devices.resource_name,
+                            device_id=device_id,
+                        )
+                    )
+    return out
+
+
+def _claims(response: api_pb2.ListPodResourcesResponse) -> list[ClaimDevice]:
+    out = []
+    for pod in response.pod_resources:
+        for container in pod.containers:
+            for dynamic in container.dynamic_resources:
+                for resource in dynamic.claim_resources:
+                    out.append(
+                        ClaimDevice(
+                            namespace=pod.namespace,
+                            pod=pod.name,
+                            container=container.name,
+                            claim_namespace=dynamic.claim_namespace,
+                            claim=dynamic.claim_name,
+                            cdi_devices=tuple(d.name for d in resource.cdi_devices),
+                            driver=resource.driver_name,
+                            pool=resource.pool_name,
+                            device=resource.device_name,
+                        )
+                    )
+    return out
