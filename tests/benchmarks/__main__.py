@@ -129,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n== all figures\n" + report.table(sections))
     command = " ".join(["python -m tests.benchmarks", *map(shlex.quote, argv)])
     if not args.no_write:
-        report.DOC.write_text(report.markdown(sections, command, NOTES))
+        earlier = report.earlier_sections(report.DOC.read_text()) if report.DOC.exists() else []
+        report.DOC.write_text(report.markdown(sections, command, NOTES, earlier))
         print(f"\nwrote {report.DOC}")
     return 0
 
