@@ -518,7 +518,7 @@ def pod_power(settings: Settings) -> JSON:
         timeseries(
             "Container power",
             "Power attributed to each container of the selected pods, per zone kind, active and "
-            "billed idle apart.",
+            "billed idle apart (per-container series: serve with --collector.container).",
             [
                 Query(
                     "sum by (pod, container, zone, mode) "
@@ -531,7 +531,7 @@ def pod_power(settings: Settings) -> JSON:
         timeseries(
             "Container CPU usage",
             "CPU time per second (cores) of each container of the selected pods: the weights "
-            "of the CPU power split.",
+            "of the CPU power split (serve with --collector.container).",
             [
                 Query(
                     "sum by (pod, container) (rate(wattprobe_container_cpu_seconds_total"
@@ -545,7 +545,7 @@ def pod_power(settings: Settings) -> JSON:
         timeseries(
             "Container GPU driver calls",
             "GPU driver ioctls per second of each container (eBPF): a fallback weight of the "
-            "GPU power split.",
+            "GPU power split (serve with --collector.container).",
             [
                 Query(
                     "sum by (pod, container, driver) (rate(wattprobe_container_gpu_ioctls_total"

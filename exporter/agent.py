@@ -16,6 +16,7 @@ from collections.abc import Callable
 from exporter import __version__
 from exporter.config import Config
 from exporter.progress import Progress
+from exporter.registry import CONTAINER, REGISTRY
 from exporter.server import Health, MetricsServer, make_server
 from exporter.web.live import LiveWebConfig
 from exporter.wiring import Parts, build
@@ -75,6 +76,7 @@ class Agent:
             config.telemetry_path,
             limits=config.http_limits,
             web=self._web,
+            containers=REGISTRY.enabled(config, CONTAINER),
         )
         # the first interval only sets baselines: /metrics has energy after the second
         self._progress.begin("measuring the first interval", expected_s=config.interval_s)

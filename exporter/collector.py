@@ -39,15 +39,20 @@ def _energy_samples(metric: Metric, energy: Iterable[Energy], labels: Mapping[st
 
 
 class SnapshotCollector(Collector):
-    def __init__(self, snapshot: Callable[[], Snapshot]) -> None:
+    """containers: serve per-container series of pods' containers (--collector.container). The
+    pseudo-containers' series and every pod series are served either way, so pods plus the
+    pseudo-containers still add up to the node."""
+
+    def __init__(self, snapshot: Callable[[], Snapshot], *, containers: bool = True) -> None:
         self._snapshot = snapshot
+        self._containers = containers
 
     def collect(self) -> Iterator[Metric]:
         snap = self._snapshot()
         yield from self._self_metrics(snap)
         yield from self._node_metrics(snap)
         yield from self._workload_metrics(snap)
-        yield from gpu_families(snap)
+        yield from gpu_families(snap, containers=self._containers)
         yield from self._ebpf_metrics(snap)
         yield from self._kube_metrics(snap)
 
@@ -102,6 +107,8 @@ class SnapshotCollector(Collector):
         cpu = _family("container_cpu_seconds")
         ioctls = _family("container_gpu_ioctls")
         for c in snap.containers:
+            if c.pod_uid and not self._containers:
+                continue  # its pod's series carry it
             ids = {
                 "container_id": c.container_id,
                 "container": c.container,

@@ -104,17 +104,21 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "counter",
         "Energy attributed to a container, per zone kind and mode. Pseudo-containers "
         'container="system_processes" and "kernel_processes" hold host processes and kernel '
-        "threads.",
+        "threads (always served); pods' containers only with --collector.container.",
         ("zone", "mode", *WORKLOAD_LABELS),
         ("gpu",),
     ),
     MetricSpec(
-        "container_cpu_seconds", "counter", "CPU time of a container's tasks.", WORKLOAD_LABELS
+        "container_cpu_seconds",
+        "counter",
+        "CPU time of a container's tasks (pods' containers only with --collector.container).",
+        WORKLOAD_LABELS,
     ),
     MetricSpec(
         "container_gpu_ioctls",
         "counter",
-        "GPU driver ioctls issued by a container's tasks (eBPF activity source only).",
+        "GPU driver ioctls issued by a container's tasks (eBPF activity source only; pods' "
+        "containers only with --collector.container).",
         (*WORKLOAD_LABELS, "driver"),
     ),
     MetricSpec(
@@ -298,7 +302,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(
         "container_gpu_memory_used_bytes",
         "gauge",
-        "GPU memory held by a container's processes, per GPU.",
+        "GPU memory held by a container's processes, per GPU (pods' containers only with "
+        "--collector.container).",
         ("gpu", *WORKLOAD_LABELS),
         section="GPUs",
     ),
@@ -334,6 +339,39 @@ CATALOGUE = CATALOGUE + KUBE_CATALOGUE
 BY_NAME = {spec.name: spec for spec in CATALOGUE}
 
 
+# What one pod costs in series (issue 22's budget: <= 10 by default). tests/test_series_per_pod.py
+# counts them on a synthetic node and holds the default to the budget.
+SERIES_PER_POD = (
+    "## Series per pod",
+    "",
+    "By default a pod gets only its pod series; per-container series of its containers come "
+    "with `--collector.container` (the pod dashboard's container panels need it). A pod's "
+    "series add up with the pseudo-containers and the node's idle to the node, with or "
+    "without the flag. On a node with RAPL package and dram, with the default "
+    "`--attribution.idle holders`:",
+    "",
+    "| series | per pod, default | per pod, `--collector.container` |",
+    "|---|---|---|",
+    "| `wattprobe_pod_energy_joules_total` | 1 per CPU zone kind (package, dram): 2; per GPU "
+    "the pod holds, active and idle: 2 | same |",
+    "| `wattprobe_pod_info` | 1 with `--kube.pod-labels`, else 0 | same |",
+    "| `wattprobe_gpu_allocation_info` | 1 per GPU (or MIG device, time-slice) a container "
+    "holds, with PodResources | same |",
+    "| `wattprobe_container_energy_joules_total` | 0 | per container (the pause sandbox "
+    "included): 1 per CPU zone kind, 2 per GPU |",
+    "| `wattprobe_container_cpu_seconds_total` | 0 | 1 per container |",
+    "| `wattprobe_container_gpu_ioctls_total` | 0 | 1 per container and GPU driver it called "
+    "(eBPF) |",
+    "| `wattprobe_container_gpu_memory_used_bytes` | 0 | 1 per container and GPU it holds "
+    "memory on |",
+    "",
+    "So a CPU pod gets 2 series by default (3 with pod labels), a pod holding one GPU 4; "
+    "with `--collector.container`, a pod of 3 containers and its sandbox gets 14 (4 x 3 + 2), "
+    "the figure before this default changed (issue 22). `--attribution.idle activity` adds "
+    'mode="idle" to every CPU zone kind: one more series per zone kind.',
+)
+
+
 def render_markdown() -> str:
     lines = [
         "# Metrics",
@@ -356,6 +394,8 @@ def render_markdown() -> str:
         lines.append("")
     lines += [
         'Labels in parentheses appear only on some series: `gpu` only where `zone="gpu"`.',
+        "",
+        *SERIES_PER_POD,
         "",
         "## wattprobe itself",
         "",

@@ -20,7 +20,14 @@ from exporter.workloads import check as check_kube
 
 # Collectors that switch an output rather than a source: (name, default, help).
 PROCESS = "process"
-SWITCHES: tuple[tuple[str, bool, str], ...] = ((PROCESS, False, "the process collector"),)
+# Per-container series of pods' containers: off by default so that a pod costs a few series
+# (its pod series; docs/metrics.md counts them). The pseudo-containers (host processes, kernel
+# threads) are node-level and always served.
+CONTAINER = "container"
+SWITCHES: tuple[tuple[str, bool, str], ...] = (
+    (PROCESS, False, "the process collector"),
+    (CONTAINER, False, "per-container series of pods' containers"),
+)
 
 
 @dataclass(frozen=True)

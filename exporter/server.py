@@ -52,14 +52,14 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 class ExpositionCache:
     """Renders the exposition once per snapshot; concurrent scrapes share the bytes."""
 
-    def __init__(self, snapshot: Callable[[], Snapshot]) -> None:
+    def __init__(self, snapshot: Callable[[], Snapshot], *, containers: bool = True) -> None:
         self._snapshot = snapshot
         self._registry = CollectorRegistry(auto_describe=False)
         self._lock = threading.Lock()
         self._key: int | None = None
         self._plain = b""
         self._gzipped: bytes | None = None  # made by the first scrape that asks for gzip
-        self._registry.register(_Pinned(self))
+        self._registry.register(_Pinned(self, containers=containers))
         # process_* (CPU seconds, memory, open fds, start time) of wattprobe itself, from its own
         # /proc/self (not --path.procfs), as every Prometheus client exports. Read when a snapshot
         # is rendered, so they are as fresh as the snapshot they are served with.
@@ -89,8 +89,8 @@ class ExpositionCache:
 class _Pinned(SnapshotCollector):
     """Collects from the snapshot the cache decided to render (not a newer one mid-render)."""
 
-    def __init__(self, cache: ExpositionCache) -> None:
-        super().__init__(cache.pinned)
+    def __init__(self, cache: ExpositionCache, *, containers: bool) -> None:
+        super().__init__(cache.pinned, containers=containers)
 
 
 @dataclass(frozen=True)
@@ -375,10 +375,12 @@ def make_server(
     *,
     limits: HttpLimits | None = None,
     web: LiveWebConfig | None = None,
+    containers: bool = True,
 ) -> MetricsServer:
+    """containers: serve per-container series of pods' containers (--collector.container)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     server_class = type("MetricsServer", (MetricsServer,), {"address_family": family})
-    routes = Routes(ExpositionCache(snapshot), health, telemetry_path)
+    routes = Routes(ExpositionCache(snapshot, containers=containers), health, telemetry_path)
     server: MetricsServer = server_class((host, port), routes, limits or HttpLimits(), web)
     return server
 

@@ -125,6 +125,11 @@ def _interval_count(body: str) -> float:
     return -1.0
 
 
+# Most tests check per-container attribution, which serve keeps behind --collector.container
+# since issue 22 (a pod's own series are the default); a test's args may still switch it off.
+TEST_ARGS = ("--collector.container",)
+
+
 def start_exporter(
     args: list[str],
     log_dir: Path,
@@ -136,9 +141,12 @@ def start_exporter(
     auth: tuple[str, str] | None = None,
     prefix: Sequence[str] = (),
     port: int | None = None,
+    test_args: Sequence[str] = TEST_ARGS,
 ) -> ExporterProcess:
     """prefix: argv the exporter runs under (e.g. setpriv or capsh dropping privileges);
-    port: where it listens (default: a free one), e.g. the port of an exporter it replaces."""
+    port: where it listens (default: a free one), e.g. the port of an exporter it replaces;
+    test_args: flags every test exporter gets before `args` (TEST_ARGS; () for serve's
+    defaults, as the series-per-pod test and the benchmarks need)."""
     port = port or free_port()
     log_path = log_dir / f"exporter-{port}.log"
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
@@ -152,6 +160,7 @@ def start_exporter(
                 "serve",
                 "--web.listen-address",
                 f"127.0.0.1:{port}",
+                *test_args,
                 *args,
             ],
             cwd=REPO,

@@ -140,6 +140,7 @@ def test_built_in_defaults() -> None:
         "nvml": True,
         "drm": True,
         "process": False,
+        "container": False,
     }
     assert isinstance(REGISTRY, Registry)
 

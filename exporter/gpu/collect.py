@@ -51,13 +51,17 @@ class _Families:
         return (m for m in self.by_name.values() if m.samples)
 
 
-def gpu_families(snap: Snapshot) -> Iterator[Metric]:
+def gpu_families(snap: Snapshot, *, containers: bool = True) -> Iterator[Metric]:
+    """containers: serve the per-container GPU memory of pods' containers too
+    (--collector.container)."""
     if not snap.gpus and not snap.gpu_container_memory:
         return
     out = _Families()
     for gpu in snap.gpus:
         _gpu(out, gpu)
     for m in snap.gpu_container_memory:
+        if m.pod_uid and not containers:
+            continue
         labels = {
             "gpu": m.gpu,
             "container_id": m.container_id,

@@ -12,6 +12,8 @@ The benchmarks (each module says how it measures):
   size and series per pod, scrape latency under 4 scrapers beside node_exporter;
 - live (serving.py, livenode.py): serve with eBPF and with /proc side by side on this machine's
   real /proc made as busy as the synthetic node (5,000 processes in real pod cgroups);
+- targets (targets.py): issue 22's targets in one table: steady CPU in both modes beside
+  node_exporter's own, idle and scraped, at 5,000 processes; 20,000 / 1,000 processes; RSS;
 - memory (bcc_memory.py): RSS with and without eBPF, and with the compile kept in a child;
 - nvml (nvml_bench.py) and ebpf (ebpf_bench.py, when that branch is in): their own figures.
 """
@@ -26,12 +28,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.benchmarks import collection, plugins, report, serving
+from tests.benchmarks import collection, plugins, report, serving, targets
 from tests.benchmarks.common import Context, Section
 
 log = logging.getLogger("tests.benchmarks")
 
-ALL = ("collection", "serving", "live", "memory", "nvml", "ebpf")
+ALL = ("collection", "serving", "live", "targets", "memory", "nvml", "ebpf")
 
 NOTES = """\
 - The synthetic node (tests/benchmarks/synthetic.py) is procfs/sysfs/cgroup trees on tmpfs in
@@ -63,6 +65,7 @@ def _sections(args: argparse.Namespace, ctx: Context, log_dir: Path) -> list[Sec
             log_dir,
         ),
         "live": lambda: [serving.live(ctx, args.live_seconds, log_dir)],
+        "targets": lambda: [targets.run(ctx, args.targets_seconds, log_dir)],
         "memory": lambda: [_memory()],
         "nvml": lambda: [plugins.nvml(args.nvml_repeat)],
         "ebpf": lambda: [s for s in [plugins.ebpf()] if s is not None],
@@ -106,6 +109,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=90.0,
         help="window of the side-by-side eBPF and /proc exporters on this machine",
     )
+    parser.add_argument(
+        "--targets-seconds",
+        type=float,
+        default=60.0,
+        help="each window of the targets benchmark (idle and scraped at 5,000 processes, then "
+        "1,000 and 20,000)",
+    )
     parser.add_argument("--requests", type=int, default=300, help="per scraper and target")
     parser.add_argument("--scrape-rounds", type=int, default=4)
     parser.add_argument("--nvml-repeat", type=int, default=500)
@@ -115,7 +125,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.quick:
         args.scales, args.rounds, args.live_processes = [500, 2000], 3, 500
         args.steady_seconds, args.requests, args.scrape_rounds = 20.0, 40, 2
-        args.live_seconds = 20.0
+        args.live_seconds = args.targets_seconds = 20.0
         args.nvml_repeat = 50
     return args
 
@@ -129,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n== all figures\n" + report.table(sections))
     command = " ".join(["python -m tests.benchmarks", *map(shlex.quote, argv)])
     if not args.no_write:
-        report.DOC.write_text(report.markdown(sections, command, NOTES))
+        earlier = report.earlier_sections(report.DOC.read_text()) if report.DOC.exists() else []
+        report.DOC.write_text(report.markdown(sections, command, NOTES, earlier))
         print(f"\nwrote {report.DOC}")
     return 0
 

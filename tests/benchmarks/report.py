@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from tests.benchmarks.common import REPO, Figure, Section
@@ -86,8 +88,86 @@ def recorded_elsewhere() -> list[str]:
     return lines
 
 
-def markdown(sections: Sequence[Section], command: str, notes: str) -> str:
-    targets = [f for s in sections for f in s.figures if f.met is not None]
+# Sections of benchmarks.md that markdown() always writes itself, never keeps from a run before.
+GENERATED = ("The issue's targets", "Recorded elsewhere", "Notes")
+MEASURED = "Measured by "
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A section of the document as an earlier run wrote it: its title, its Markdown (without
+    the title) and the figures of its first table that had a target."""
+
+    title: str
+    body: list[str]
+    targets: list[Figure]
+
+
+def _cells(row: str) -> list[str]:
+    inner = row.strip().removeprefix("|").removesuffix("|")
+    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", inner)]
+
+
+def earlier_sections(text: str) -> list[Kept]:
+    """The sections of an earlier benchmarks.md, so that a run of some benchmarks (--only)
+    rewrites their sections and keeps the others with the figures they had. A section written
+    before sections were dated gets the earlier run's line from the document's header."""
+    run = next(
+        (ln.removeprefix("- Run: ") for ln in text.splitlines() if ln.startswith("- Run: ")), ""
+    )
+    out: list[Kept] = []
+    for block in text.split("\n## ")[1:]:
+        title, _, rest = block.partition("\n")
+        if title in GENERATED:
+            continue
+        body = rest.strip("\n").splitlines()
+        if run and not any(ln.startswith(MEASURED) for ln in body):
+            body = [f"{MEASURED}{run.removesuffix('.')}.", "", *body]
+        targets: list[Figure] = []
+        rows = [ln for ln in body if ln.startswith("|")]
+        if rows and _cells(rows[0]) == ["measure", "value", "target", "verdict"]:
+            for row in rows[2:]:
+                if not row.startswith("| "):
+                    break
+                cells = _cells(row)
+                if len(cells) == 4 and cells[2]:
+                    measure, value, target, verdict = cells
+                    targets.append(Figure(measure, value, target, verdict == "met"))
+        out.append(Kept(title, body, targets))
+    return out
+
+
+def _section_lines(s: Section, measured: str) -> list[str]:
+    lines = ["", f"## {s.title}", "", measured, ""]
+    if s.method:
+        lines += [s.method, ""]
+    if s.load is not None:
+        lines += [f"Machine load while measuring: {s.load.describe()}.", ""]
+    lines += _figures(s.figures)
+    if s.details:
+        lines += ["", s.details]
+    reruns = sorted({f.rerun for f in s.figures if f.rerun})
+    if reruns:
+        lines += ["", "Rerun: " + ", ".join(f"`{r}`" for r in reruns) + "."]
+    return lines
+
+
+def markdown(
+    sections: Sequence[Section], command: str, notes: str, earlier: Sequence[Kept] = ()
+) -> str:
+    """The document: the sections of this run, and those of `earlier` that this run did not
+    measure, kept in their place (new sections go after them)."""
+    ran = {s.title: s for s in sections}
+    kept = [k for k in earlier if k.title not in ran]
+    order: list[Section | Kept] = [ran.get(k.title, k) for k in earlier]
+    order += [s for s in sections if s.title not in {k.title for k in earlier}]
+    targets = [
+        f
+        for part in order
+        for f in (part.figures if isinstance(part, Section) else part.targets)
+        if f.met is not None
+    ]
+    when = f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {_commit()}"
     lines = [
         "# Benchmarks",
         "",
@@ -95,7 +175,13 @@ def markdown(sections: Sequence[Section], command: str, notes: str) -> str:
         "analysis, the optimisations these figures led to and what bounds the missed targets are",
         "in [performance.md](performance.md).",
         "",
-        f"- Run: `{command}` at {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {_commit()}.",
+        f"- Run: `{command}` at {when}."
+        + (
+            " Sections it did not measure are kept from earlier runs; each section says when it "
+            "was measured."
+            if kept
+            else ""
+        ),
         f"- Machine: {machine()}. It is shared with other jobs and was busy throughout: "
         "each section says how busy. Figures that compare two things (ratios) were taken in "
         "alternating rounds so that the load hits both sides alike.",
@@ -107,18 +193,11 @@ def markdown(sections: Sequence[Section], command: str, notes: str) -> str:
     ]
     for f in targets:
         lines.append(f"| {_cell(f.measure)}: {f.target} | {_cell(f.value)} | {f.verdict} |")
-    for s in sections:
-        lines += ["", f"## {s.title}", ""]
-        if s.method:
-            lines += [s.method, ""]
-        if s.load is not None:
-            lines += [f"Machine load while measuring: {s.load.describe()}.", ""]
-        lines += _figures(s.figures)
-        if s.details:
-            lines += ["", s.details]
-        reruns = sorted({f.rerun for f in s.figures if f.rerun})
-        if reruns:
-            lines += ["", "Rerun: " + ", ".join(f"`{r}`" for r in reruns) + "."]
+    for part in order:
+        if isinstance(part, Section):
+            lines += _section_lines(part, f"{MEASURED}`{command}` at {when}.")
+        else:
+            lines += ["", f"## {part.title}", "", *part.body]
     lines += ["", *recorded_elsewhere()]
     if notes:
         lines += ["", "## Notes", "", notes]

@@ -56,7 +56,8 @@ class Advancer:
 def wattprobe(
     args: list[str], log_dir: Path, env: dict[str, str] | None = None
 ) -> Iterator[ExporterProcess]:
-    proc = start_exporter(args, log_dir=log_dir, env=env, wait="/readyz")
+    # serve's own defaults, not the tests' (tests/running.TEST_ARGS)
+    proc = start_exporter(args, log_dir=log_dir, env=env, wait="/readyz", test_args=())
     try:
         yield proc
     finally:
@@ -73,9 +74,20 @@ class NodeExporter:
         return f"http://127.0.0.1:{self.port}/metrics"
 
 
+RAPL_HWMON = ("--collector.disable-defaults", "--collector.rapl", "--collector.hwmon")
+
+
 @contextmanager
-def node_exporter(sysfs: Path, procfs: Path, log_dir: Path) -> Iterator[NodeExporter]:
-    """node_exporter with only its RAPL and hwmon collectors, reading the given trees."""
+def node_exporter(
+    sysfs: Path,
+    procfs: Path,
+    log_dir: Path,
+    collectors: tuple[str, ...] = RAPL_HWMON,
+    ready: bytes = b"node_rapl_",
+) -> Iterator[NodeExporter]:
+    """node_exporter reading the given trees, by default with only its RAPL and hwmon
+    collectors; collectors=() runs Debian's defaults (what a node runs). Ready once /metrics
+    has `ready` in it."""
     binary = require_binary(NODE_EXPORTER)
     port = free_port()
     log = (log_dir / f"node-exporter-{port}.log").open("wb")
@@ -84,9 +96,7 @@ def node_exporter(sysfs: Path, procfs: Path, log_dir: Path) -> Iterator[NodeExpo
             binary,
             f"--path.sysfs={sysfs}",
             f"--path.procfs={procfs}",
-            "--collector.disable-defaults",
-            "--collector.rapl",
-            "--collector.hwmon",
+            *collectors,
             f"--web.listen-address=127.0.0.1:{port}",
         ],
         stdout=log,
@@ -99,12 +109,12 @@ def node_exporter(sysfs: Path, procfs: Path, log_dir: Path) -> Iterator[NodeExpo
         while True:
             try:
                 with urllib.request.urlopen(running.url, timeout=2) as resp:
-                    if resp.status == 200 and b"node_rapl_" in resp.read():
+                    if resp.status == 200 and ready in resp.read():
                         break
             except OSError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"node_exporter did not serve RAPL metrics (log: {log.name})")
+                raise RuntimeError(f"node_exporter did not serve {ready!r} (log: {log.name})")
             time.sleep(0.1)
         yield running
     finally:
