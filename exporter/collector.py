@@ -126,11 +126,13 @@ class SnapshotCollector(Collector):
             yield ioctls
 
         pod_energy = _family("pod_energy_joules")
+        pod_cpu = _family("pod_cpu_seconds")
         for p in snap.pods:
-            _energy_samples(
-                pod_energy, p.energy, {"pod": p.pod, "namespace": p.namespace, "pod_uid": p.pod_uid}
-            )
+            ids = {"pod": p.pod, "namespace": p.namespace, "pod_uid": p.pod_uid}
+            _energy_samples(pod_energy, p.energy, ids)
+            _add(pod_cpu, ids, p.cpu_seconds)
         yield pod_energy
+        yield pod_cpu
 
         if snap.processes:
             process = _family("process_energy_joules")

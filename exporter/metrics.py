@@ -129,6 +129,12 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("gpu",),
     ),
     MetricSpec(
+        "pod_cpu_seconds",
+        "counter",
+        "CPU time of a pod's tasks: the sum of its containers, ended ones included.",
+        ("pod", "namespace", "pod_uid"),
+    ),
+    MetricSpec(
         "process_energy_joules",
         "counter",
         "Energy attributed to a process (opt-in: --collector.process).",
@@ -357,6 +363,7 @@ SERIES_PER_POD = (
     "| `wattprobe_pod_info` | 1 with `--kube.pod-labels`, else 0 | same |",
     "| `wattprobe_gpu_allocation_info` | 1 per GPU (or MIG device, time-slice) a container "
     "holds, with PodResources | same |",
+    "| `wattprobe_pod_cpu_seconds_total` | 1 | same |",
     "| `wattprobe_container_energy_joules_total` | 0 | per container (the pause sandbox "
     "included): 1 per CPU zone kind, 2 per GPU |",
     "| `wattprobe_container_cpu_seconds_total` | 0 | 1 per container |",
@@ -365,8 +372,8 @@ SERIES_PER_POD = (
     "| `wattprobe_container_gpu_memory_used_bytes` | 0 | 1 per container and GPU it holds "
     "memory on |",
     "",
-    "So a CPU pod gets 2 series by default (3 with pod labels), a pod holding one GPU 4; "
-    "with `--collector.container`, a pod of 3 containers and its sandbox gets 14 (4 x 3 + 2), "
+    "So a CPU pod gets 3 series by default (4 with pod labels), a pod holding one GPU 5; "
+    "with `--collector.container`, a pod of 3 containers and its sandbox gets 15 (4 x 3 + 3), "
     "the figure before this default changed (issue 22). `--attribution.idle activity` adds "
     'mode="idle" to every CPU zone kind: one more series per zone kind.',
 )

@@ -51,6 +51,7 @@ class PodCounters:
     pod: str
     namespace: str
     energy: tuple[Energy, ...]
+    cpu_seconds: float = 0.0  # CPU time of all its containers' tasks, dropped containers included
     retired_containers: tuple[Energy, ...] = ()  # energy of this pod's dropped containers
 
 

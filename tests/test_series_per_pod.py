@@ -83,6 +83,14 @@ def per_pod(samples: Samples) -> dict[str, dict[str, int]]:
     return out
 
 
+def select_by_uid(samples: Samples, metric: str) -> dict[str, float]:
+    return {
+        dict(labels)["pod_uid"]: value
+        for (name, labels), value in samples.items()
+        if name == metric
+    }
+
+
 def test_a_pod_gets_at_most_ten_series_by_default(
     node: tuple[SyntheticHost, Path], tmp_path: Path
 ) -> None:
@@ -92,10 +100,11 @@ def test_a_pod_gets_at_most_ten_series_by_default(
     counts = {uid: sum(by.values()) for uid, by in pods.items()}
     assert max(counts.values()) <= BUDGET, {u: dict(pods[u]) for u in pods if counts[u] > BUDGET}
     names = {n for by in pods.values() for n in by}
-    assert names == {"wattprobe_pod_energy_joules_total"}, names
-    # a CPU pod: package and dram; a GPU pod: and its GPU, active and idle (the docs' count)
-    assert min(counts.values()) == 2
-    assert set(counts.values()) == {2, 4}, counts  # GPU pods hold one GPU (or a time-slice)
+    assert names == {"wattprobe_pod_energy_joules_total", "wattprobe_pod_cpu_seconds_total"}
+    # a CPU pod: package and dram energy and its CPU time; a GPU pod: and its GPU, active and
+    # idle (the docs' count)
+    assert min(counts.values()) == 3
+    assert set(counts.values()) == {3, 5}, counts  # GPU pods hold one GPU (or a time-slice)
 
 
 def test_pods_and_pseudo_containers_add_up_to_the_node_without_container_series(
@@ -138,4 +147,15 @@ def test_the_container_flag_brings_back_the_container_series(
     for by in pods.values():
         # every container of the pod (the sandbox included) has its CPU time
         assert by["wattprobe_container_cpu_seconds_total"] == SHAPE.containers + 1
+    # a pod's CPU time is its containers' (none of them ended in two intervals)
+    pod_cpu: dict[str, float] = defaultdict(float)
+    for (name, labels), value in samples.items():
+        lbl = dict(labels)
+        if name == "wattprobe_container_cpu_seconds_total" and lbl["pod_uid"]:
+            pod_cpu[lbl["pod_uid"]] += value
+    served = select_by_uid(samples, "wattprobe_pod_cpu_seconds_total")
+    assert served.keys() == pod_cpu.keys()
+    assert any(v > 0 for v in served.values()), "the synthetic pods' processes run"
+    for uid, seconds in served.items():
+        assert math.isclose(seconds, pod_cpu[uid], rel_tol=1e-9, abs_tol=1e-9), uid
     check_exposition(samples)  # pods == their containers, containers == the node

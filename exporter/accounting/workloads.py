@@ -36,6 +36,9 @@ class WorkloadLedger:
         self._container_cpu: dict[ContainerRef, float] = {}
         self._container_ioctls: dict[ContainerRef, dict[str, float]] = {}
         self._pod_energy = CounterTable[str, EnergyKey]()
+        # A pod's CPU time, summed as it is counted (not from its containers) so that it never
+        # goes back when one of its containers' series end.
+        self._pod_cpu: dict[str, float] = {}
         self._process_energy = CounterTable[ProcessKey, EnergyKey]()
         self._process_meta: dict[ProcessKey, tuple[int, str]] = {}
         self.retired_containers: dict[EnergyKey, float] = {}  # all energy of dropped containers
@@ -94,6 +97,8 @@ class WorkloadLedger:
         for task, seconds in cpu_deltas.items():
             ref = owner[task]
             self._container_cpu[ref] = self._container_cpu.get(ref, 0.0) + seconds
+            if ref.pod_uid:
+                self._pod_cpu[ref.pod_uid] = self._pod_cpu.get(ref.pod_uid, 0.0) + seconds
         for task, counts in ioctl_deltas.items():
             for driver, n in counts.items():
                 add_into(self._container_ioctls.setdefault(owner[task], {}), {driver: float(n)})
@@ -112,6 +117,7 @@ class WorkloadLedger:
             self._container_ioctls.pop(ref, None)
         for pod_uid, _ in self._pod_energy.expire(now, retention_s):
             self._pod_retired.pop(pod_uid, None)
+            self._pod_cpu.pop(pod_uid, None)
 
     # -- snapshot ----------------------------------------------------------------------------
 
@@ -145,6 +151,7 @@ class WorkloadLedger:
                     pod=pod,
                     namespace=namespace,
                     energy=energy_items(energy),
+                    cpu_seconds=self._pod_cpu.get(pod_uid, 0.0),
                     retired_containers=energy_items(self._pod_retired.get(pod_uid, {})),
                 )
             )

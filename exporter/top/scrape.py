@@ -161,7 +161,10 @@ class _Builder:
         elif name == P + "container_cpu_seconds_total":
             ref = _workload(labels)
             self.containers.setdefault(ref, Totals()).cpu_seconds += value
-            self.pods.setdefault(_pod_of(ref), Totals()).cpu_seconds += value
+            if not ref.pod_uid:  # a pod's own series carries its containers' CPU
+                self.pods.setdefault(ref, Totals()).cpu_seconds += value
+        elif name == P + "pod_cpu_seconds_total":
+            self.pods.setdefault(_pod_of(_workload(labels)), Totals()).cpu_seconds += value
         elif name == P + "pod_energy_joules_total":
             _add_energy(self.pods.setdefault(_pod_of(_workload(labels)), Totals()), labels, value)
         elif name == P + "gpu_info":

@@ -49,15 +49,18 @@ def container(
 def pods_of(containers: Sequence[ContainerCounters]) -> tuple[PodCounters, ...]:
     totals: dict[str, dict[tuple[str, str], float]] = {}
     names: dict[str, tuple[str, str]] = {}
+    cpu: dict[str, float] = {}
     for c in containers:
         if not c.pod_uid:
             continue
         acc = totals.setdefault(c.pod_uid, {})
+        cpu[c.pod_uid] = cpu.get(c.pod_uid, 0.0) + c.cpu_seconds
         names[c.pod_uid] = (c.pod, c.namespace)
         for e in c.energy:
             acc[(e.zone, e.gpu)] = acc.get((e.zone, e.gpu), 0.0) + e.joules
     return tuple(
-        PodCounters(uid, names[uid][0], names[uid][1], energy(acc)) for uid, acc in totals.items()
+        PodCounters(uid, names[uid][0], names[uid][1], energy(acc), cpu_seconds=cpu[uid])
+        for uid, acc in totals.items()
     )
 
 
