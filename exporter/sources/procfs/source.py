@@ -167,9 +167,9 @@ class ProcfsSource:
 
     def tasks(self) -> list[TaskSample]:
         """Per cgroup (per_cgroup): one sample per container bucket and one for the rest
-        (exporter/sources/procfs/cgrouptree.py). Otherwise one sample per live process, and one "[exited]" pseudo task per container whose cgroup
-        total grew beyond what its live processes show. Processes that exit while being read
-        are skipped.
+        (exporter/sources/procfs/cgrouptree.py). Otherwise one sample per live process, and one
+        "[exited]" pseudo task per container whose cgroup total grew beyond what its live
+        processes show. Processes that exit while being read are skipped.
 
         Incremental (exporter/sources/procfs/scan.py): unchanged processes are not parsed again and
         cgroup files are read for new and exec'd processes, and rechecked every few intervals.
