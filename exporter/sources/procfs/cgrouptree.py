@@ -115,6 +115,10 @@ class Hierarchy:
                     try:
                         if not entry.is_dir(follow_symlinks=False):
                             continue
+                        # cgroupfs (kernfs) counts a directory's links as 2 + its
+                        # subdirectories: a leaf (most containers) need not be listed, and
+                        # listing one costs its ~50 interface files
+                        leaf = entry.stat(follow_symlinks=False).st_nlink == 2
                     except OSError:
                         continue
                     path = f"{rel}/{entry.name}"
@@ -126,7 +130,7 @@ class Hierarchy:
                     if ref != bucket:
                         index = len(out)
                         out.append(_Node(path, ref, parent))
-                    if depth < MAX_DEPTH:
+                    if not leaf and depth < MAX_DEPTH:
                         stack.append((path, ref, index, depth + 1))
         self._refs = refs  # paths that are gone are forgotten
         self.dirs = dirs
