@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from exporter.cgroupfs.classify import classify_cgroup, classify_task
 from exporter.identity import KERNEL, SYSTEM, ContainerRef
-from exporter.readings import TaskKey, TaskSample
+from exporter.readings import SourceError, TaskKey, TaskSample
 from exporter.sources.procfs.cgrouptree import (
     CGROUP_PID,
     LINGER_SCANS,
@@ -401,11 +401,23 @@ def test_per_cgroup_equals_per_process_and_the_kernel_on_a_churning_node(
 @given(seed=st.integers(0, 2**32 - 1), intervals=st.integers(1, 8))
 def test_per_cgroup_is_exact_when_processes_move_between_cgroups(seed: int, intervals: int) -> None:
     """A process moved without exec'ing: the kernel charges each cgroup what ran there, and so
-    does the per-cgroup path; the per-process path credits the new cgroup with the whole
-    interval and carries the excess as a debt (exited.py), so it never under-counts."""
-    node, by_cgroup, by_process = churning(seed, intervals, moves=True)
+    does the per-cgroup path. (The per-process path credits the new cgroup with the whole
+    interval, carrying the excess as a debt, and never reads a cgroup that held no live process
+    at a read: it can be off either way here, which is why it is not compared.)"""
+    node, by_cgroup, _by_process = churning(seed, intervals, moves=True)
     truth = node.truth_s()
     assert by_cgroup.nonzero() == approx(truth)
-    for ref, seconds in truth.items():
-        assert by_process.total.get(ref, 0.0) >= seconds - 1e-6, ref
-    assert sum(by_cgroup.total.values()) == pytest.approx(sum(truth.values()))
+
+
+def test_a_cgroup_root_that_cannot_be_listed_is_a_read_error(tmp_path: Path) -> None:
+    node, _pod, _ = simple_node(tmp_path)
+    node.write()
+    source = per_cgroup(node)
+    source.tasks()
+    moved = tmp_path / "elsewhere"
+    node.v2.rename(moved)  # unmounted under the exporter
+    with pytest.raises(SourceError) as err:
+        source.tasks()
+    assert err.value.reason == "read error" and str(node.v2) in err.value.detail
+    moved.rename(node.v2)
+    assert source.tasks()

@@ -109,6 +109,8 @@ class Hierarchy:
             try:
                 entries = os.scandir(self.root + rel if rel else self.root)
             except OSError:
+                if not rel:
+                    raise  # no tree at all: the source's reading failed
                 continue  # removed since its parent was listed
             with entries:
                 for entry in entries:
@@ -210,7 +212,8 @@ class CgroupTree:
         return None if primary is None else cls(primary, secondary, busy_ns)
 
     def update(self) -> list[TaskSample]:
-        """Raises OSError or ValueError when /proc/stat cannot be read (nothing changes then)."""
+        """Raises OSError or ValueError when /proc/stat or the cgroup root cannot be read
+        (nothing changes then)."""
         busy = self._busy_ns()
         now = self._clock()
         self._scans += 1

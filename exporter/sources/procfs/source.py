@@ -179,7 +179,8 @@ class ProcfsSource:
             try:
                 return self._tree.update()
             except (OSError, ValueError) as exc:
-                raise SourceError("read error", f"{self._root}/stat: {_short(exc)}") from exc
+                where = getattr(exc, "filename", None) or f"{self._root}/stat"
+                raise SourceError("read error", f"{where}: {_short(exc)}") from exc
         samples = self._scanner.scan()
         if self._exited is not None:
             samples += self._exited.update(samples)
