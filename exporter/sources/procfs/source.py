@@ -1,4 +1,5 @@
-"""Per-process CPU time, comm, start time and cgroup from /proc; node busy/idle from /proc/stat."""
+"""Activity from /proc and cgroupfs: per container from the cgroup tree by default (cgrouptree.py),
+per process with --collector.process (scan.py, exited.py); node busy/idle from /proc/stat."""
 
 from __future__ import annotations
 
