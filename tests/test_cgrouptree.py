@@ -421,3 +421,27 @@ def test_a_cgroup_root_that_cannot_be_listed_is_a_read_error(tmp_path: Path) -> 
     assert err.value.reason == "read error" and str(node.v2) in err.value.detail
     moved.rename(node.v2)
     assert source.tasks()
+
+
+def test_a_failed_read_loses_nothing_and_counts_nothing_twice(tmp_path: Path) -> None:
+    """The interval whose read failed, and the next (its baseline again), go to the pod (whose
+    total has them), once."""
+    node, pod, (a, b) = simple_node(tmp_path)
+    pa, pb = node.start(a), node.start(b)
+    node.write()
+    source, credit = per_cgroup(node), Credit()
+    credit.take(source.tasks())
+    stat = node.v2 / a.lstrip("/") / "cpu.stat"
+    for broken in (False, True, False, False):
+        node.run(pa, 40)
+        node.run(pb, 10)
+        node.write()
+        if broken:
+            stat.write_text("usage_usec x\n")  # unreadable this once
+        credit.take(source.tasks())
+    truth = node.truth_s()
+    ref_a, ref_pod = classify_cgroup(a), classify_cgroup(pod)
+    assert credit.total[ref_a] == pytest.approx(truth[ref_a] - 0.8)
+    assert credit.total[ref_pod] == pytest.approx(0.8)
+    assert credit.total[classify_cgroup(b)] == pytest.approx(truth[classify_cgroup(b)])
+    assert sum(credit.total.values()) == pytest.approx(sum(truth.values()))

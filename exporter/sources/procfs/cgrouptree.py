@@ -71,6 +71,7 @@ MAX_DEPTH = 32  # kubepods trees are 4-6 deep (kind nodes a few more)
 MAX_DIRS = 100_000  # a walk stops here rather than take unbounded time
 _FLAGS = os.O_RDONLY | os.O_CLOEXEC
 _MAX_BYTES = 4096
+_REBASE = -1  # a counter's usage_ns after a failed read: the next read is its baseline
 
 # /proc/stat busy without steal, in ticks: user, nice, system, (idle, iowait), irq, softirq
 _BUSY_FIELDS = (0, 1, 2, 5, 6)
@@ -250,7 +251,13 @@ class CgroupTree:
                 ns = hierarchy.usage_ns(path)
             except (OSError, ValueError) as exc:
                 log.debug("cgroup CPU time of %s %s: %s", kind, path, short_error(exc))
-                continue  # removed since the walk: its parent's total keeps its work
+                # its parent takes this interval's growth and the next's (so it is counted
+                # once); a cgroup still there is a baseline at its next read, never new
+                kept = counters.get((kind, path))
+                if kept is not None:
+                    kept.usage_ns = _REBASE
+                    seen[(kind, path)] = kept
+                continue
             self.reads += 1
             where = (kind, path)
             c = counters.get(where)
@@ -258,6 +265,8 @@ class CgroupTree:
                 c = _Counter(ns)
                 if self._scans > 1 and limit_ns is not None and ns <= limit_ns:
                     deltas[i] = ns  # made since the last walk
+            elif c.usage_ns == _REBASE:
+                c.usage_ns = ns  # after a failed read: the parent had the growth
             else:
                 before, c.usage_ns = c.usage_ns, ns
                 if ns >= before:
