@@ -7,7 +7,11 @@ from dataclasses import dataclass
 # A task's identity: (pid, start time in clock ticks since boot) for a live process, so a reused
 # PID is a new task; (0, cgroup id) for the eBPF "exited tasks" accumulator of one cgroup;
 # (-1, n) for the /proc source's "exited tasks" of one container
-# (exporter/sources/procfs/exited.py).
+# (exporter/sources/procfs/exited.py); (-2, n) for the /proc source's per-cgroup CPU time of one
+# container bucket, and (-3, 0) for the node's busy time outside every cgroup below the root
+# (the kernel_processes rest), both when it reads the cgroup tree rather than every process
+# (exporter/sources/procfs/cgrouptree.py). n is never reused while the source runs. Every
+# non-process key has pid 0 in its TaskSample, so no GPU PID maps to it.
 TaskKey = tuple[int, int]
 
 

@@ -25,7 +25,7 @@ from exporter.sources.estimate import SPEC as ESTIMATE
 from exporter.sources.estimate import CpuPowerModel
 from exporter.sources.nvml.check import SPEC as NVML
 from exporter.sources.nvml.source import NvmlSource
-from exporter.sources.procfs.source import ProcfsSource
+from exporter.sources.procfs.source import ProcfsSource, gpu_pid_owners
 from exporter.sources.procfs.visible import VisibleProcfs
 from exporter.workloads.gpus import NvmlDirectory
 from exporter.workloads.kube import KubeWorkloads
@@ -114,8 +114,14 @@ class Closeable(Protocol):
 def build(config: Config, progress: Progress | None = None) -> Parts:
     """progress: where slow start-up work (compiling the eBPF programs) reports what it waits
     for; None: plain log lines. Starts no thread."""
+    with_processes = REGISTRY.enabled(config, PROCESS)
+    # per process only when processes are exported; else per cgroup where cgroupfs has totals
+    ns_root = namespace_root(config.cgroup_root)
     procfs = ProcfsSource(
-        config.procfs, namespace_root(config.cgroup_root), cgroupfs=config.cgroup_root
+        config.procfs,
+        ns_root,
+        cgroupfs=config.cgroup_root,
+        per_process=with_processes,
     )
     model = None
     if REGISTRY.enabled(config, ESTIMATE.name):
@@ -123,7 +129,8 @@ def build(config: Config, progress: Progress | None = None) -> Parts:
             CpuPowerModel.for_cpus, idle_w=config.estimate_idle_w, max_w=config.estimate_max_w
         )
     activity, startup_statuses = activity_source(config, procfs, progress)
-    if activity is procfs:  # under hidepid, say so rather than bill our own processes alone
+    if activity is procfs and not procfs.per_cgroup:
+        # under hidepid, say so rather than bill our own processes alone
         activity = VisibleProcfs(procfs.tasks, config.procfs)
     kube = KubeWorkloads.from_config(config)  # pod names and GPU holders
     gpus = (
@@ -142,7 +149,7 @@ def build(config: Config, progress: Progress | None = None) -> Parts:
             idle_power=config.power_idle,
             idle_policy=config.attribution_idle,
             attribution_zones=config.attribution_zones,
-            with_processes=REGISTRY.enabled(config, PROCESS),
+            with_processes=with_processes,
             retention_s=config.retention_s,
             read_timeout_s=config.read_timeout_s,
         ),
@@ -150,6 +157,8 @@ def build(config: Config, progress: Progress | None = None) -> Parts:
         more_gpus=backends[1:],
         startup_statuses=startup_statuses,
         gpu_holders=kube.gpu_holders,
+        # GPU processes the task list lacks (per-cgroup tasks): their container from /proc
+        gpu_pids=gpu_pid_owners(config.procfs, ns_root).resolve if backends else None,
         names=kube.names,
         status_providers=[kube.statuses],
         pod_info=kube.pod_info,

@@ -107,8 +107,8 @@ def test_usage_files_are_read_as_the_kernel_writes_them(tmp_path: Path) -> None:
 def test_container_cpu_and_energy_follow_the_cgroup_totals(host: FixtureHost) -> None:
     """A v1 container whose work is mostly in processes /proc never shows, and a v2
     neighbour whose work is all in live processes: through the monitor (build_monitor, as
-    `wattprobe serve --activity-source procfs`), each gets its cgroup's growth, and the
-    energy is split in that proportion."""
+    `wattprobe serve --activity-source procfs --collector.process`), each gets its cgroup's
+    growth, and the energy is split in that proportion."""
     root = hybrid_tree(host.sysfs / "fs" / "cgroup")
     set_v1(root, F2_V1, 50 * 10**9)
     set_v2(root, B1_V2, 70 * 10**6)
@@ -120,7 +120,8 @@ def test_container_cpu_and_energy_follow_the_cgroup_totals(host: FixtureHost) ->
             sysfs=host.sysfs,
             activity_source=ActivitySource.PROCFS,
             pod_source=PodSource.NONE,
-            collectors=frozenset({"rapl"}),
+            # per process, the path this test is about (per cgroup: tests/test_cgrouptree.py)
+            collectors=frozenset({"rapl", "process"}),
             power_idle=IdlePower(default_w=0.0),  # all of it active: split by CPU time
         )
     )

@@ -133,3 +133,41 @@ def test_short_lived_processes_through_wattprobe_serve(tmp_path: Path) -> None:
         found = select(samples, "wattprobe_container_cpu_seconds_total", container_id=cid)
         assert len(found) == 1, found
         assert next(iter(found.values())) == pytest.approx(expected, rel=0.02), (cid, truth)
+
+
+def test_per_cgroup_default_with_a_process_moved_between_containers() -> None:
+    """The default /proc path (per cgroup, no --collector.process): a busy process runs in one
+    container, is moved into another without exec'ing, and exits mid-interval; the other
+    container's work is short-lived processes. Each container gets what the kernel's cpu.stat
+    charged it, to the per cent."""
+    with workload() as (first, second, procs):
+        monitor = build_monitor(
+            Config(activity_source=ActivitySource.PROCFS, pod_source=PodSource.NONE)
+        )
+        try:
+            monitor.step()
+            busy = start(first, [sys.executable, "-c", BUSY])
+            procs.append(busy)
+            procs.append(start(second, ["sh", "-c", SHORT_LIVED]))
+            deadline = time.monotonic() + RUN_S
+            moved = False
+            while time.monotonic() < deadline:
+                time.sleep(0.5)
+                if not moved and time.monotonic() > deadline - RUN_S / 2:
+                    second.add(busy.pid)  # echo PID > cgroup.procs: no exec, no new process
+                    moved = True
+                monitor.step()
+            time.sleep(0.25)
+            busy.kill()  # exits between two reads
+            busy.wait(5)
+            for c in (first, second):
+                stop_all(c)
+            snap = monitor.step()
+            snap = monitor.step()
+            truth = {c.container_id: usage_s(c) for c in (first, second)}
+        finally:
+            monitor.close()
+    got = {cid: container_cpu(snap, cid) for cid in truth}
+    assert truth[first.container_id] > 0.5 and truth[second.container_id] > 0.5
+    for cid, expected in truth.items():
+        assert got[cid] == pytest.approx(expected, rel=0.01), (got, truth)

@@ -30,7 +30,7 @@ from exporter.accounting.workloads import WorkloadLedger, energy_items
 from exporter.accounting.zones import workload_zones
 from exporter.cgroupfs.classify import classify_task
 from exporter.config import IdleAttribution, IdlePower
-from exporter.gpu.accounting import GpuAccounting
+from exporter.gpu.accounting import GpuAccounting, PidResolver
 from exporter.gpu.attribution import GpuHolders
 from exporter.gpu.backend import GpuBackend
 from exporter.gpu.merge import GpuMerge
@@ -129,6 +129,7 @@ class Monitor:
         gpus: GpuBackend | None = None,
         more_gpus: Sequence[GpuBackend] = (),
         gpu_holders: GpuHolders | None = None,
+        gpu_pids: PidResolver | None = None,
         startup_statuses: Sequence[SourceStatus] = (),
         status_providers: Sequence[StatusProvider] = (),
         pod_info: Callable[[], Sequence[PodInfo]] | None = None,
@@ -162,7 +163,10 @@ class Monitor:
         self._more_gpus = tuple(more_gpus) if gpus is not None else ()
         self._gpu_merge = GpuMerge()
         self._gpu = GpuAccounting(
-            idle_power=settings.idle_power, idle_policy=settings.idle_policy, holders=gpu_holders
+            idle_power=settings.idle_power,
+            idle_policy=settings.idle_policy,
+            holders=gpu_holders,
+            resolve_pids=gpu_pids,
         )
         self._reads: SourceReads = (
             DeadlineReads(settings.read_timeout_s, clock)

@@ -8,15 +8,18 @@ a ZoneEnergy("gpu", index) whose task weights come from exporter.gpu.attribution
 the GPU's holders under the default policy; the monitor attributes both with the CPU zones, so
 containers and pods get zone="gpu", gpu="<index>" series.
 
-NVML PIDs are mapped to the interval's tasks by PID. A GPU process with no task (its /proc
-entry is not visible here, or it exited in between) keeps its energy under a pseudo task of the
-"unknown_processes" pseudo-container, so the per-GPU sums stay exact.
+NVML PIDs are mapped to the interval's tasks by PID. A GPU process with no task (the task list
+has per-cgroup buckets, not processes) is looked up by a PidResolver (its /proc/<pid>/cgroup,
+exporter/sources/procfs/pidowner.py) and gets a task key (pid, start time) owned by its
+container. One that cannot be found there either (its /proc entry is not visible here, or it
+exited in between) keeps its energy under a pseudo task of the "unknown_processes"
+pseudo-container, so the per-GPU sums stay exact.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter.accounting.attribution import ACTIVE, IDLE, ZoneEnergy
@@ -51,6 +54,10 @@ UNKNOWN_PROCESSES = "unknown_processes"
 # GPU processes whose PID has no task this interval (not visible in this PID namespace).
 UNKNOWN = ContainerRef(pseudo=UNKNOWN_PROCESSES)
 UNMAPPED_START = -1  # start_ticks of such a process's pseudo task: never a real start time
+
+
+# GPU PIDs missing from the task list -> {pid: ((pid, start ticks), container)} for those found
+PidResolver = Callable[[Collection[int]], Mapping[int, tuple[TaskKey, ContainerRef]]]
 
 
 # What container names are looked up with: (namespace, pod, container) of a ContainerRef.
@@ -93,7 +100,9 @@ class GpuAccounting:
         idle_power: IdlePower,
         idle_policy: IdleAttribution,
         holders: GpuHolders | None = None,
+        resolve_pids: PidResolver | None = None,
     ) -> None:
+        self._resolve_pids = resolve_pids
         self._idle_power = idle_power
         self._idle_policy = idle_policy
         self._holders = holders
@@ -125,6 +134,13 @@ class GpuAccounting:
         # each GPU's fallback counts its own driver's ioctls: NVIDIA's, or DRM's (AMD, Intel)
         ioctls = {d: ioctls_by_pid(ioctl_deltas, d) for d in (NVIDIA_DRIVER, DRM_DRIVER)}
         extra_owner: dict[TaskKey, ContainerRef] = {}
+        if self._resolve_pids is not None:
+            missing = {pid for gpu in reading.gpus for pid in _gpu_pids(gpu)} - pid_keys.keys()
+            found = self._resolve_pids(missing) if missing else {}
+            if found:
+                pid_keys = {**pid_keys, **{pid: key for pid, (key, _) in found.items()}}
+                extra_owner.update(found.values())
+                owner = {**owner, **extra_owner}
         zones = []
         for gpu in reading.gpus:
             state = self._state(gpu)
@@ -327,6 +343,19 @@ def _count_xids(state: _GpuState, counts: Iterable[tuple[int, int]]) -> None:
 
 def _add(totals: dict[tuple[str, str], float], key: tuple[str, str], amount: float) -> None:
     totals[key] = totals.get(key, 0.0) + amount
+
+
+def _gpu_pids(gpu: GpuReading) -> Iterable[int]:
+    """Every PID the reading names on this GPU."""
+    for p in gpu.processes:
+        yield p.pid
+    for inst in gpu.mig_instances:
+        for p in inst.processes:
+            yield p.pid
+    for u in gpu.process_utilization or ():
+        yield u.pid
+    for e in gpu.process_engine_time or ():
+        yield e.pid
 
 
 def _container_memory(

@@ -107,6 +107,7 @@ class HostShape:
     utilisation: float = 0.5  # of the node's CPUs, used by those processes on average
     churn_share: float = 0.01  # container processes that exit and are replaced per interval
     seed: int = 8
+    layouts: tuple[str, ...] = LAYOUTS  # the pods' cgroup layouts, in turn
 
 
 @dataclass(frozen=True)
@@ -229,12 +230,13 @@ class SyntheticHost:
             if not p.kernel:
                 self._charge(p.cgroup, (p.utime + p.stime) * NS_PER_TICK)
         self._write_usage(set(self.usage_ns))
-        # the v1 hierarchy's root: where a reader tells that the cpuacct controller is mounted
-        (self.cgroupfs / V1_CPUACCT).mkdir(parents=True, exist_ok=True)
-        write_atomic(self.cgroupfs / V1_CPUACCT / "cpuacct.usage", f"{10**15}\n")
+        if any(not c.v2_dir for c in self.container_cgroups):
+            # the v1 hierarchy's root: where a reader tells that the cpuacct controller is mounted
+            (self.cgroupfs / V1_CPUACCT).mkdir(parents=True, exist_ok=True)
+            write_atomic(self.cgroupfs / V1_CPUACCT / "cpuacct.usage", f"{10**15}\n")
 
     def _pod_cgroups(self, i: int) -> tuple[Cgroup, list[Cgroup]]:
-        layout = LAYOUTS[i % len(LAYOUTS)]
+        layout = self.shape.layouts[i % len(self.shape.layouts)]
         qos = QOS[i % len(QOS)]
         uid = f"{i:08x}-{self._rng.getrandbits(16):04x}-4{self._rng.getrandbits(12):03x}-8"
         uid += f"{self._rng.getrandbits(12):03x}-{self._rng.getrandbits(48):012x}"
@@ -372,20 +374,22 @@ class SyntheticHost:
             self.usage_ns[cgroup] = self.usage_ns.get(cgroup, 0) + ns
 
     def _write_usage(self, cgroups: set[Cgroup]) -> None:
-        """cpu.stat (v2, microseconds) or cpuacct.usage (v1, nanoseconds), as the kernel writes."""
+        """cpu.stat (v2, microseconds) or cpuacct.usage (v1, nanoseconds), as the kernel writes,
+        for these cgroups and their ancestors (the kernel's totals are hierarchical: a parent's
+        holds its children's), the roots excepted."""
         for cg in cgroups:
             ns = self.usage_ns.get(cg)
-            if ns is None:
-                continue
-            path = self.cgroupfs / cg.usage_file
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if cg.v2_dir:
-                us = ns // 1000
-                text = f"usage_usec {us}\nuser_usec {us * 4 // 5}\nsystem_usec {us // 5}\n"
-                text += "nice_usec 0\ncore_sched.force_idle_usec 0\n"
-            else:
-                text = f"{ns}\n"
-            write_atomic(path, text)
+            if ns is not None:
+                _write_usage_file(self.cgroupfs / cg.usage_file, ns, v2=bool(cg.v2_dir))
+        totals: dict[str, int] = {}
+        for cg, ns in self.usage_ns.items():
+            for parent in _ancestors(cg):
+                totals[parent] = totals.get(parent, 0) + ns
+        changed = {parent for cg in cgroups for parent in _ancestors(cg)}
+        for parent in changed:
+            v2 = not parent.startswith(f"{V1_CPUACCT}/")
+            name = "cpu.stat" if v2 else "cpuacct.usage"
+            _write_usage_file(self.cgroupfs / parent / name, totals[parent], v2=v2)
 
     def _rewrite_procs(self, dirs: set[str]) -> None:
         members: dict[str, list[int]] = {d: [] for d in dirs if d}
@@ -423,6 +427,25 @@ class SyntheticHost:
             f"({self.shape.containers} containers + pause)), {self.shape.ncpu} CPUs, "
             f"{self.scenario.gpu_count()} GPUs"
         )
+
+
+def _ancestors(cg: Cgroup) -> list[str]:
+    """The directories above a cgroup's, relative to sys/fs/cgroup, below its hierarchy's root."""
+    rel = cg.usage_file.rsplit("/", 1)[0] if cg.usage_file else ""  # the cgroup's own dir
+    parts = rel.split("/")
+    first = 2 if cg.v1_dir else 1  # "cpu,cpuacct/<...>": the v1 root is not a cgroup of it
+    return ["/".join(parts[:i]) for i in range(first, len(parts))]
+
+
+def _write_usage_file(path: Path, ns: int, *, v2: bool) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if v2:
+        us = ns // 1000
+        text = f"usage_usec {us}\nuser_usec {us * 4 // 5}\nsystem_usec {us // 5}\n"
+        text += "nice_usec 0\ncore_sched.force_idle_usec 0\n"
+    else:
+        text = f"{ns}\n"
+    write_atomic(path, text)
 
 
 def gpu_scenario(path: Path, gpu_pids: list[int]) -> Scenario:

@@ -96,10 +96,28 @@ def idle_baseline(samples: Samples, gpu: int) -> dict[str, float]:
     return {dict(k)["origin"]: v for k, v in found.items()}
 
 
-@pytest.fixture
+def cgroup_tree(host: FixtureHost) -> None:
+    """A cgroup v2 tree holding the GPU pods' containers: the /proc source then reads CPU time
+    per cgroup (the default without --collector.process) and no process is a task, so the GPU
+    processes reach their pods through /proc/<pid>/cgroup (exporter/sources/procfs/pidowner.py)."""
+    root = host.sysfs / "fs" / "cgroup"
+    root.mkdir(parents=True)
+    (root / "cgroup.controllers").write_text("cpu io memory pids\n")
+    for pod in H100_PODS:
+        path = pod.cgroup.removeprefix("0::").strip().lstrip("/")
+        parts = path.split("/")
+        for i in range(1, len(parts) + 1):
+            d = root.joinpath(*parts[:i])
+            d.mkdir(exist_ok=True)
+            (d / "cpu.stat").write_text("usage_usec 0\nuser_usec 0\nsystem_usec 0\n")
+
+
+@pytest.fixture(params=["per process", "per cgroup"])
 def serving(
-    exporter: StartExporter, host: FixtureHost, gpus: FakeGpus
+    request: pytest.FixtureRequest, exporter: StartExporter, host: FixtureHost, gpus: FakeGpus
 ) -> Iterator[ExporterProcess]:
+    if request.param == "per cgroup":
+        cgroup_tree(host)
     yield exporter(*host.args(), "--interval", INTERVAL, env=gpus.env())
 
 

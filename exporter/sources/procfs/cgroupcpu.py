@@ -67,7 +67,7 @@ class CgroupCpuFiles:
         self._v2 = str(v2) if v2 is not None else None
         # v1 paths in a private cgroup namespace are relative to roots this process cannot
         # find (exporter.cgroupfs.ns maps the v2 one only): not read then
-        self._v1 = _v1_dir(cgroup_root) if cgroupns_root == HOST_ROOT else None
+        self._v1 = v1_dir(cgroup_root) if cgroupns_root == HOST_ROOT else None
 
     @property
     def available(self) -> bool:
@@ -106,7 +106,8 @@ class CgroupCpuFiles:
         return self.reader(where)()
 
 
-def _v1_dir(cgroup_root: Path) -> str | None:
+def v1_dir(cgroup_root: Path) -> str | None:
+    """Where the v1 cpuacct controller is mounted under the cgroup root, or None."""
     for name in _V1_DIRS:
         if (cgroup_root / name / "cpuacct.usage").is_file():
             return str(cgroup_root / name)

@@ -1,4 +1,5 @@
-"""Per-process CPU time, comm, start time and cgroup from /proc; node busy/idle from /proc/stat."""
+"""Activity from /proc and cgroupfs: per container from the cgroup tree by default (cgrouptree.py),
+per process with --collector.process (scan.py, exited.py); node busy/idle from /proc/stat."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from exporter.kernelnum import MAX_DIGITS
 from exporter.readings import CpuTimes, SourceError, TaskSample
 from exporter.sources.files import short_error as _short
 from exporter.sources.procfs.cgroupcpu import CgroupCpuFiles
+from exporter.sources.procfs.cgrouptree import CgroupTree, busy_ns_from
 from exporter.sources.procfs.exited import ExitedCpu
+from exporter.sources.procfs.pidowner import PidOwners
 from exporter.sources.procfs.scan import RECHECK_EVERY, ProcScanner
 from exporter.sourcespec import ACTIVITY, MOUNT_PROCFS, CheckResult, Finding, SourceSpec
 
@@ -70,6 +73,19 @@ def parse_stat(text: str) -> ProcStat:
     )
 
 
+def start_and_kthread(text: str) -> tuple[int, bool]:
+    """A process's start time (ticks since boot) and whether it is a kernel thread."""
+    stat = parse_stat(text)
+    return stat.start_ticks, bool(stat.flags & PF_KTHREAD)
+
+
+def gpu_pid_owners(procfs: Path, cgroup_namespace_root: str = HOST_ROOT) -> PidOwners:
+    """The resolver of GPU processes missing from the task list (pidowner.py)."""
+    return PidOwners(
+        procfs, parse_stat=start_and_kthread, cgroup_namespace_root=cgroup_namespace_root
+    )
+
+
 def parse_cpu_times(text: str) -> CpuTimes:
     """Parse /proc/stat: busy = user+nice+system+irq+softirq+steal, idle = idle+iowait.
 
@@ -93,8 +109,10 @@ def parse_cpu_times(text: str) -> CpuTimes:
 
 
 class ProcfsSource:
-    """Reads every process's CPU time through a configurable /proc root and, given the cgroup
-    root, completes each container's CPU time from its cgroup's total (exited_cpu.py)."""
+    """Per process (per_process, --collector.process): reads every process's CPU time through a
+    configurable /proc root and, given the cgroup root, completes each container's CPU time from
+    its cgroup's total (exited.py). Otherwise, where the cgroup root has CPU totals, reads them
+    per cgroup and no process at all (cgrouptree.py); without them, per process."""
 
     name = "procfs"
 
@@ -104,9 +122,14 @@ class ProcfsSource:
         cgroup_namespace_root: str = HOST_ROOT,
         recheck_every: int = RECHECK_EVERY,
         cgroupfs: Path | None = None,
+        *,
+        per_process: bool = True,
     ) -> None:
         self.procfs = procfs
         self._root = str(procfs)
+        self._tree: CgroupTree | None = None
+        if not per_process and cgroupfs is not None:
+            self._tree = CgroupTree.at(cgroupfs, self._busy_ns)
         self._scanner = ProcScanner(
             self._root,
             parse_stat=parse_stat,
@@ -134,15 +157,31 @@ class ProcfsSource:
         except (OSError, ValueError) as exc:
             raise SourceError("read error", f"{self._root}/stat: {_short(exc)}") from exc
 
+    @property
+    def per_cgroup(self) -> bool:
+        """Whether tasks() reads the cgroup tree rather than every process."""
+        return self._tree is not None
+
+    def _busy_ns(self) -> int:
+        with open(f"{self._root}/stat") as f:
+            return busy_ns_from(f.read(), CLOCK_TICKS)
+
     def tasks(self) -> list[TaskSample]:
-        """One sample per live process, and one "[exited]" pseudo task per container whose cgroup
-        total grew beyond what its live processes show. Processes that exit while being read
-        are skipped.
+        """Per cgroup (per_cgroup): one sample per container bucket and one for the rest
+        (exporter/sources/procfs/cgrouptree.py). Otherwise one sample per live process, and one
+        "[exited]" pseudo task per container whose cgroup total grew beyond what its live
+        processes show. Processes that exit while being read are skipped.
 
         Incremental (exporter/sources/procfs/scan.py): unchanged processes are not parsed again and
         cgroup files are read for new and exec'd processes, and rechecked every few intervals.
         The cgroup totals cost one read per cgroup that holds a live process.
         """
+        if self._tree is not None:
+            try:
+                return self._tree.update()
+            except (OSError, ValueError) as exc:
+                where = getattr(exc, "filename", None) or f"{self._root}/stat"
+                raise SourceError("read error", f"{where}: {_short(exc)}") from exc
         samples = self._scanner.scan()
         if self._exited is not None:
             samples += self._exited.update(samples)
