@@ -55,7 +55,9 @@ STAMP = f'wattprobe_last_interval_timestamp_seconds{{node="{NODE}"}}'
 
 @dataclass(frozen=True)
 class Observed:
-    latencies: list[float]  # seconds, one per interval seen
+    latencies: list[float]  # seconds, one per interval seen: interval end to queryable
+    scrape_waits: list[float]  # of which: interval end to the forwarder's scrape
+    forwarding: list[float]  # and: the scrape to queryable at the receiver
     wal_bytes: int  # growth of the WAL directory over the window
     appended: float  # samples appended to the WAL over the window
     sent_bytes: float  # remote-write request bytes over the window
@@ -76,18 +78,19 @@ def _counter(text: str, name: str) -> float:
 def _observe(receiver: Receiver, forwarder: Forwarder, seconds: float) -> Observed:
     before = forwarder.metrics()
     wal_before = _wal_size(forwarder.wal)
-    seen: set[float] = set()
-    latencies: list[float] = []
+    # what is there before polling starts arrived at unknown times: not measured
+    seen = {float(v) for s in receiver.api.query(f"{STAMP}[10s]") for _t, v in s["values"]}
+    timings: list[tuple[float, float, float]] = []  # (interval end, scrape, answered)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         got = receiver.api.query(f"{STAMP}[10s]")
         answered = time.time()
         for series in got:
-            for _t, value in series["values"]:
+            for scraped, value in series["values"]:
                 end = float(value)
                 if end not in seen:
                     seen.add(end)
-                    latencies.append(answered - end)
+                    timings.append((end, float(scraped), answered))
         time.sleep(POLL_S)
     after = forwarder.metrics()
 
@@ -95,7 +98,9 @@ def _observe(receiver: Receiver, forwarder: Forwarder, seconds: float) -> Observ
         return _counter(after, name) - _counter(before, name)
 
     return Observed(
-        latencies=latencies[1:],  # the first value was already there when polling began
+        latencies=[answered - end for end, _s, answered in timings],
+        scrape_waits=[scraped - end for end, scraped, _a in timings],
+        forwarding=[answered - scraped for _e, scraped, answered in timings],
         wal_bytes=_wal_size(forwarder.wal) - wal_before,
         appended=delta("prometheus_agent_samples_appended_total"),
         sent_bytes=delta("prometheus_remote_storage_bytes_total"),
@@ -152,6 +157,12 @@ def _section(o: Observed, config: dict[str, object], load: LoadSample, seconds: 
             COMMAND,
         ),
         Figure(
+            "edge: of which interval end to the forwarder's scrape / the scrape to queryable: "
+            "p50 / p99 / max",
+            f"{_q(o.scrape_waits)} / {_q(o.forwarding)} s",
+            rerun=COMMAND,
+        ),
+        Figure(
             f"edge: series and samples/s forwarded, small node ({EDGE_SHAPE.processes} "
             f"processes, {EDGE_SHAPE.pods} pods, {EDGE_SHAPE.gpus} GPU), 1 s scrape",
             f"{o.series:.0f} series, {samples_per_s:.0f} samples/s",
@@ -175,11 +186,14 @@ def _section(o: Observed, config: dict[str, object], load: LoadSample, seconds: 
         f"{EDGE_SHAPE.containers} containers, {EDGE_SHAPE.gpus} fake GPU), the forwarder as "
         f"overlays/kubeedge ships it (Debian's prometheus in agent mode; scrape_interval "
         f"{global_.get('scrape_interval') if isinstance(global_, dict) else '?'}, "
-        "batch_send_deadline 1s) and a Prometheus remote-write receiver, on loopback, for "
+        f"batch_send_deadline {_deadline(config)}) and a Prometheus remote-write receiver, "
+        "on loopback, for "
         f"{seconds:.0f} s. Latency: the receiver is polled every {POLL_S * 1000:.0f} ms for the "
         "last 10 s of `wattprobe_last_interval_timestamp_seconds`; a value's latency is the "
         "time of the first answer holding it minus the value (the interval's end), so it "
-        "includes up to one poll period and the query. WAL: growth of the forwarder's WAL "
+        "includes up to one poll period and the query; it splits into the wait for the "
+        "forwarder's next scrape (the sample's timestamp at the receiver) and the forwarding "
+        "after it (WAL, queue, request, receiver). WAL: growth of the forwarder's WAL "
         "directory over the window per appended sample (segments are written as they fill, "
         "checkpoints come every 2 h). The node's link is loopback: on a real link add its "
         "round trip."
@@ -187,6 +201,19 @@ def _section(o: Observed, config: dict[str, object], load: LoadSample, seconds: 
     return Section(
         "Edge forwarding latency and WAL (overlays/kubeedge)", figures, method, load=load
     )
+
+
+def _deadline(config: dict[str, object]) -> str:
+    remote = config.get("remote_write")
+    if isinstance(remote, list) and remote and isinstance(remote[0], dict):
+        return str(remote[0].get("queue_config", {}).get("batch_send_deadline", "?"))
+    return "?"
+
+
+def _q(values: list[float]) -> str:
+    if not values:
+        return "none"
+    return f"{percentile(values, 50):.2f}, {percentile(values, 99):.2f}, {max(values):.2f}"
 
 
 def main() -> None:  # pragma: no cover - a manual entry point
