@@ -29,6 +29,8 @@ from tests.benchmarks.common import (
     Section,
     machine_load,
     percentile,
+    read_proc_cpu_seconds,
+    read_proc_memory_mib,
     serve_args,
 )
 from tests.benchmarks.servers import Advancer, wattprobe
@@ -63,6 +65,9 @@ class Observed:
     sent_bytes: float  # remote-write request bytes over the window
     sent_samples: float
     series: float  # active series of the forwarder
+    cpu_s: float  # the forwarder's CPU time over the window
+    rss_mib: float  # its VmRSS at the end
+    peak_mib: float  # its VmHWM
 
 
 def _wal_size(path: Path) -> int:
@@ -78,6 +83,8 @@ def _counter(text: str, name: str) -> float:
 def _observe(receiver: Receiver, forwarder: Forwarder, seconds: float) -> Observed:
     before = forwarder.metrics()
     wal_before = _wal_size(forwarder.wal)
+    pid = forwarder.daemon.proc.pid
+    cpu_before = read_proc_cpu_seconds(pid)
     # what is there before polling starts arrived at unknown times: not measured
     seen = {float(v) for s in receiver.api.query(f"{STAMP}[10s]") for _t, v in s["values"]}
     timings: list[tuple[float, float, float]] = []  # (interval end, scrape, answered)
@@ -93,6 +100,8 @@ def _observe(receiver: Receiver, forwarder: Forwarder, seconds: float) -> Observ
                     timings.append((end, float(scraped), answered))
         time.sleep(POLL_S)
     after = forwarder.metrics()
+    cpu_s = read_proc_cpu_seconds(pid) - cpu_before
+    memory = read_proc_memory_mib(pid)
 
     def delta(name: str) -> float:
         return _counter(after, name) - _counter(before, name)
@@ -106,6 +115,9 @@ def _observe(receiver: Receiver, forwarder: Forwarder, seconds: float) -> Observ
         sent_bytes=delta("prometheus_remote_storage_bytes_total"),
         sent_samples=delta("prometheus_remote_storage_samples_total"),
         series=_counter(after, "prometheus_agent_active_series"),
+        cpu_s=cpu_s,
+        rss_mib=memory["VmRSS"],
+        peak_mib=memory["VmHWM"],
     )
 
 
@@ -166,6 +178,12 @@ def _section(o: Observed, config: dict[str, object], load: LoadSample, seconds: 
             f"edge: series and samples/s forwarded, small node ({EDGE_SHAPE.processes} "
             f"processes, {EDGE_SHAPE.pods} pods, {EDGE_SHAPE.gpus} GPU), 1 s scrape",
             f"{o.series:.0f} series, {samples_per_s:.0f} samples/s",
+            rerun=COMMAND,
+        ),
+        Figure(
+            "edge: the forwarder's CPU (share of one core) and memory (VmRSS, peak VmHWM) "
+            "on that node",
+            f"{100 * o.cpu_s / seconds:.1f} %; {o.rss_mib:.0f} MiB, peak {o.peak_mib:.0f} MiB",
             rerun=COMMAND,
         ),
         Figure(
