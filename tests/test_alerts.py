@@ -52,6 +52,10 @@ REQUIRED_ALERTS = {
     "WattprobeEbpfMapFull",
     "WattprobeNodePowerAnomaly",
     "WattprobePodPowerAnomaly",
+    # issue 16: edge nodes that remote-write through their forwarder
+    "WattprobeEdgeNodeSilent",
+    "WattprobeEdgeForwardingStalled",
+    "WattprobeEdgeWalNearBound",
 }
 # issue 20 adds 119/120 (GSP timeout/error: the GPU needs a reset); 31 and 92 do not page
 ISSUE_CRITICAL_XIDS = {48, 63, 64, 74, 79, 94, 95, 119, 120}

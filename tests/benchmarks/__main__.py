@@ -15,7 +15,8 @@ The benchmarks (each module says how it measures):
 - targets (targets.py): issue 22's targets in one table: steady CPU in both modes beside
   node_exporter's own, idle and scraped, at 5,000 processes; 20,000 / 1,000 processes; RSS;
 - memory (bcc_memory.py): RSS with and without eBPF, and with the compile kept in a child;
-- nvml (nvml_bench.py) and ebpf (ebpf_bench.py, when that branch is in): their own figures.
+- nvml (nvml_bench.py) and ebpf (ebpf_bench.py, when that branch is in): their own figures;
+- edge (edge_latency.py): the shipped edge forwarder's latency to a receiver and its WAL growth.
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.benchmarks import collection, plugins, report, serving, targets
+from tests.benchmarks import collection, edge_latency, plugins, report, serving, targets
 from tests.benchmarks.common import Context, Section
 
 log = logging.getLogger("tests.benchmarks")
 
-ALL = ("collection", "serving", "live", "targets", "memory", "nvml", "ebpf")
+ALL = ("collection", "serving", "live", "targets", "memory", "nvml", "ebpf", "edge")
 
 NOTES = """\
 - The synthetic node (tests/benchmarks/synthetic.py) is procfs/sysfs/cgroup trees on tmpfs in
@@ -69,6 +70,7 @@ def _sections(args: argparse.Namespace, ctx: Context, log_dir: Path) -> list[Sec
         "memory": lambda: [_memory()],
         "nvml": lambda: [plugins.nvml(args.nvml_repeat)],
         "ebpf": lambda: [s for s in [plugins.ebpf()] if s is not None],
+        "edge": lambda: [edge_latency.run(ctx, args.edge_seconds, log_dir)],
     }
     out: list[Section] = []
     for name in args.only:
@@ -119,6 +121,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=300, help="per scraper and target")
     parser.add_argument("--scrape-rounds", type=int, default=4)
     parser.add_argument("--nvml-repeat", type=int, default=500)
+    parser.add_argument("--edge-seconds", type=float, default=60.0, help="edge latency window")
     parser.add_argument("--quick", action="store_true", help="small and short: a smoke run")
     parser.add_argument("--no-write", action="store_true", help="leave docs/benchmarks.md alone")
     args = parser.parse_args(argv)
@@ -127,6 +130,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.steady_seconds, args.requests, args.scrape_rounds = 20.0, 40, 2
         args.live_seconds = args.targets_seconds = 20.0
         args.nvml_repeat = 50
+        args.edge_seconds = 15.0
     return args
 
 

@@ -37,6 +37,11 @@ PODRESOURCES_DIR = "/var/lib/kubelet/pod-resources"
 # Env vars the manifests set for flags that other issues are adding to `wattprobe serve`
 # (DESIGN.md's CLI contract). Each must be removed from here once its flag exists.
 PENDING_FLAGS: dict[str, str] = {}  # flags the manifests use before `serve` has them
+# The edge forwarder (overlays/kubeedge): Prometheus in agent mode, pinned to a release, whose
+# WAL is the one host path written to (tests/deploy/test_edge.py checks the rest of it).
+FORWARDER = "forwarder"
+FORWARDER_IMAGE = re.compile(r"quay\.io/prometheus/prometheus:v\d+\.\d+\.\d+")
+FORWARDER_WAL = "/var/lib/wattprobe/forwarder"
 
 
 def _all_containers(objs: list[Obj]) -> list[tuple[str, Obj, Obj]]:
@@ -74,6 +79,9 @@ def _rules(objs: list[Obj], name: str) -> list[tuple[str, str]]:
 def test_images_are_pinned_to_this_version(overlay: str) -> None:
     for name, _spec, container in _all_containers(build(overlay)):
         image = container["image"]
+        if container["name"] == FORWARDER:
+            assert FORWARDER_IMAGE.fullmatch(image), (name, image)
+            continue
         assert not image.endswith(":latest") and ":" in image.rsplit("/", 1)[-1], (name, image)
         assert image == f"{IMAGE_REPOSITORY}:{__version__}", (name, image)
 
@@ -91,6 +99,8 @@ def test_every_host_path_is_mounted_read_only(overlay: str) -> None:
     for name, spec, container in _all_containers(build(overlay)):
         host_volumes = {v["name"] for v in spec.get("volumes", []) if "hostPath" in v}
         for mount in container.get("volumeMounts", []):
+            if container["name"] == FORWARDER and mount["mountPath"] == FORWARDER_WAL:
+                continue  # its WAL: written, and only by the forwarder
             if mount["name"] in host_volumes:
                 assert mount.get("readOnly") is True, (name, mount)
 
@@ -100,6 +110,10 @@ def test_probes_use_health_endpoints_not_metrics(overlay: str) -> None:
     for name, _spec, container in _all_containers(build(overlay)):
         probes = {k: container.get(k) for k in ("livenessProbe", "readinessProbe", "startupProbe")}
         assert probes["livenessProbe"] and probes["readinessProbe"], name
+        if container["name"] == FORWARDER:  # Prometheus' own health endpoints
+            assert probes["livenessProbe"]["httpGet"]["path"] == "/-/healthy"
+            assert probes["readinessProbe"]["httpGet"]["path"] == "/-/ready"
+            continue
         for kind, probe in probes.items():
             if probe is not None:
                 assert probe["httpGet"]["path"] != TELEMETRY_PATH, (name, kind)
@@ -163,6 +177,8 @@ def test_service_and_servicemonitor_reach_the_agents(overlay: str) -> None:
         {"name": "metrics", "port": PORT, "targetPort": "metrics", "protocol": "TCP"}
     ]
     for ds in _agents(objs):
+        if ds["metadata"]["name"] == "wattprobe-edge":
+            continue  # remote-writes instead (tests/deploy/test_edge.py)
         labels = ds["spec"]["template"]["metadata"]["labels"]
         assert service["spec"]["selector"].items() <= labels.items(), ds["metadata"]["name"]
     monitor = one(objs, "ServiceMonitor")
