@@ -55,11 +55,18 @@ log = logging.getLogger(__name__)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 BACKLOG = 1024  # a flood waits in the kernel's queue, not in ours
+ACCEPT_BATCH = 64  # connections accepted per wake-up: a flood cannot hold the loop for long
 CHUNK = 65536  # a response is handed to a transport this much at a time (its buffer's bound)
 LINGER_S = 0.5
 LINGER_BYTES = 256 * 1024
 FD_RESERVE = 256  # descriptors kept for everything but connections (sources, eBPF, kube)
 JOIN_TIMEOUT_S = 10.0
+# At the connection limit a new connection replaces the oldest one that has not yet had a
+# request answered, if that one has used half its header timeout (and at least a second); else
+# the new one is refused.
+# A flood of connections that never ask anything then cannot lock out a scraper that reconnects,
+# and the connections given up cannot, by reconnecting at once, give up each other in a storm.
+EVICT_AFTER_HEADER_TIMEOUTS = 0.5
 
 
 @dataclass(frozen=True)
@@ -354,7 +361,11 @@ class MetricsServer:
             raise
         self.server_address: tuple[Any, ...] = self.socket.getsockname()
         self.renderer = Renderer(routes.cache)
+        # every open connection, and apart those that have not had a request answered yet
+        # (oldest first: dicts keep insertion order), the ones given up at the limit
         self.connections: set[_Connection] = set()
+        self.unproven: dict[_Connection, float] = {}
+        self.evict_after_s = max(1.0, limits.header_timeout_s * EVICT_AFTER_HEADER_TIMEOUTS)
         self.scrapes = 0  # scrapes waiting for a render (touched on the loop only)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -401,9 +412,12 @@ class MetricsServer:
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        # asyncio accepts `backlog` connections per wake-up and listens with the same number:
+        # a small batch keeps the loop turning under a flood, then the queue is deepened again
         server = await loop.create_server(
-            lambda: _Connection(self), sock=self.socket, backlog=BACKLOG
+            lambda: _Connection(self), sock=self.socket, backlog=ACCEPT_BATCH
         )
+        self.socket.listen(BACKLOG)
         try:
             if not self._shutdown_asked:
                 await self._stop.wait()
@@ -439,6 +453,18 @@ class MetricsServer:
         self.socket.close()
 
     # -- what connections share ---------------------------------------------------------
+
+    def evict_one(self, now: float) -> bool:
+        """Close the oldest connection that has had no request answered, if it is old enough."""
+        for conn, opened in self.unproven.items():
+            if now - opened < self.evict_after_s:
+                return False  # the oldest is too young, so are all the others
+            del self.unproven[conn]
+            self.connections.discard(conn)
+            log.debug("connection from %r given up for a new one at the limit", conn.peer)
+            conn.abort()
+            return True
+        return False
 
     async def exposition(self, want_gzip: bool) -> bytes | None:
         """The bytes for a scrape; None when every scrape slot is taken (503)."""
@@ -490,13 +516,15 @@ class _Connection(asyncio.Protocol):
         self._read_paused = False
         self._lingering = False
         self._discarded = 0
+        self._task: asyncio.Task[None] | None = None
 
     # -- protocol callbacks -------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         server = self.server
-        if len(server.connections) >= server.max_connections:
+        loop = asyncio.get_running_loop()
+        if len(server.connections) >= server.max_connections and not server.evict_one(loop.time()):
             self._refused = True
             if server.tls:
                 transport.abort()
@@ -507,13 +535,14 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
         self.peer = transport.get_extra_info("peername")
         server.connections.add(self)
+        server.unproven[self] = loop.time()
         # pause at any unsent byte: a response is handed over one CHUNK at a time, so a client
         # that does not read holds at most one chunk here, never a copy of the whole page
         transport.set_write_buffer_limits(high=0)
         if server.tls:
             transport.pause_reading()  # the handshake must see the ClientHello, not us
             self._read_paused = True
-        asyncio.get_running_loop().create_task(self._run())
+        self._task = loop.create_task(self._run())  # held: the loop keeps only a weak ref
 
     def data_received(self, data: bytes) -> None:
         if self._lingering:
@@ -539,6 +568,7 @@ class _Connection(asyncio.Protocol):
         self._wake()
         if not self._refused:
             self.server.connections.discard(self)
+            self.server.unproven.pop(self, None)
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -642,6 +672,8 @@ class _Connection(asyncio.Protocol):
                 return
             deadline = None  # later requests: idle timeout, then header timeout
             response = await self._respond(req)
+            if response.status < 400:
+                self.server.unproven.pop(self, None)  # a client that asks what it may
             close = response.close or not req.keep_alive or req.has_body
             if close and not response.close:
                 response = Response(
