@@ -44,7 +44,7 @@ def feed_all(data: bytes, cuts: list[int], limits: HttpLimits = LIMITS) -> Outco
 
 def reference_heads(data: bytes) -> list[bytes]:
     """Every complete head of data, with no limits: empty lines before a head are skipped."""
-    heads = []
+    heads: list[bytes] = []
     rest = data
     while True:
         rest = rest.lstrip(b"\r\n")
