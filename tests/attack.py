@@ -3,6 +3,7 @@ shares an interpreter lock with the scraper being measured):
 
     python -m tests.attack PORT SECONDS [--trickle N] [--trickle-gap S] [--pipeline N]
                            [--flood N]
+    python -m tests.attack scrape keepalive|fresh PORT SECONDS GAP_S
 
 - trickle: N connections that send a request head one byte every S seconds and never finish
   it; each one the server cuts off is opened again at once;
@@ -22,10 +23,12 @@ import argparse
 import errno
 import http.client
 import json
+import os
 import random
 import resource
 import selectors
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -227,6 +230,31 @@ def scrape_keepalive(
     return out
 
 
+def scrape_fresh(
+    port: int, seconds: float, gap_s: float, timeout_s: float = 1.0, path: str = "/metrics"
+) -> list[Scrape]:
+    """A scraper that opens a new connection for every scrape (a restarted Prometheus, or one
+    whose connection was dropped, must get in too)."""
+    out: list[Scrape] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        start = time.monotonic()
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
+        try:
+            conn.request("GET", path, headers={"Accept-Encoding": "gzip"})
+            resp = conn.getresponse()
+            resp.read()
+            status = resp.status
+        except (OSError, http.client.HTTPException):
+            status = 0
+        finally:
+            conn.close()
+        latency = time.monotonic() - start
+        out.append(Scrape(start, latency, status if latency <= timeout_s else 0))
+        time.sleep(max(0.0, gap_s - latency))
+    return out
+
+
 def rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -235,7 +263,20 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
+def scrape_main(argv: list[str]) -> None:
+    """python -m tests.attack scrape keepalive|fresh PORT SECONDS GAP_S: the scrapes as JSON.
+
+    A process of its own, so that the scraper waits for no interpreter lock of the benchmark's.
+    """
+    how, port, seconds, gap = argv[0], int(argv[1]), float(argv[2]), float(argv[3])
+    scrape = scrape_keepalive if how == "keepalive" else scrape_fresh
+    print(json.dumps([vars(s) for s in scrape(port, seconds, gap)]))
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["scrape"]:
+        scrape_main(sys.argv[2:])
+        return
     parser = argparse.ArgumentParser(prog="python -m tests.attack")
     parser.add_argument("port", type=int)
     parser.add_argument("seconds", type=float)
@@ -244,6 +285,10 @@ def main() -> None:
     parser.add_argument("--pipeline", type=int, default=0)
     parser.add_argument("--flood", type=int, default=0)
     args = parser.parse_args()
+    # On a node the attacker is another pod with its own CPU; here it shares the machine with
+    # the exporter, so it yields the CPU first rather than win by taking it (the same for every
+    # exporter it attacks)
+    os.nice(10)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = args.trickle + args.pipeline + args.flood + 64
     if soft < need:
