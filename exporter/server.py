@@ -506,6 +506,7 @@ class _Connection(asyncio.Protocol):
         self.server = server
         self.limits = server.limits
         self.transport: asyncio.Transport | None = None
+        self._raw: asyncio.BaseTransport | None = None  # the socket's own, under any TLS
         self.reader = HeadReader(server.limits)
         self.peer: Any = None
         self._waiter: asyncio.Future[bool] | None = None
@@ -522,6 +523,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
+        self._raw = transport
         server = self.server
         loop = asyncio.get_running_loop()
         if len(server.connections) >= server.max_connections and not server.evict_one(loop.time()):
@@ -565,6 +567,13 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
+        # CPython's socket transport keeps a bound method of itself (_read_ready_cb): a cycle
+        # that only the cyclic collector frees, and with wattprobe's high GC thresholds
+        # (exporter/runtime.py) tens of thousands of closed transports piled up under a
+        # connection flood (RSS kept growing). Nothing reads from a lost transport: cut it.
+        if self._raw is not None:
+            vars(self._raw).pop("_read_ready_cb", None)
+            self._raw = None
         self._wake()
         if not self._refused:
             self.server.connections.discard(self)
