@@ -23,7 +23,7 @@ import resource
 import socket
 import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -688,13 +688,10 @@ class _Connection(asyncio.Protocol):
                 response = Response(
                     response.status, response.body, response.content_type, response.headers, True
                 )
-            await self._send(
-                render(
-                    response,
-                    head_only=req.method == "HEAD",
-                    keep_alive_10=req.version == "HTTP/1.0" and not close,
-                )
+            head = render(
+                response, head_only=True, keep_alive_10=req.version == "HTTP/1.0" and not close
             )
+            await self._send(head, b"" if req.method == "HEAD" else response.body)
             if close:
                 if req.has_body:
                     await self._linger()  # the unread body must not turn into a reset
@@ -758,15 +755,21 @@ class _Connection(asyncio.Protocol):
         )
         await self._linger()
 
-    async def _send(self, data: bytes) -> None:
-        """Hand all of data to the kernel within write_timeout_s, or raise _Closed."""
+    async def _send(self, data: bytes, body: bytes = b"") -> None:
+        """Hand data, then body, to the kernel within write_timeout_s, or raise _Closed.
+
+        body is the shared cached exposition: it is written in slices, never copied whole (a
+        head + body concatenation per response was 380 KiB per slow reader on a 5,000-process
+        node); only the head and the first slice are joined, into one packet.
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.write_timeout_s
-        view = memoryview(data)
-        for offset in range(0, len(view), CHUNK):
+        view = memoryview(body)
+        first = max(0, CHUNK - len(data))
+        for chunk in _slices(data + view[:first], view, first):
             if self._lost or self.transport is None:
                 raise _Closed("client gone")
-            self.transport.write(view[offset : offset + CHUNK])
+            self.transport.write(chunk)
             while self._write_paused:
                 if self._lost:
                     raise _Closed("client gone")
@@ -794,6 +797,12 @@ class _Connection(asyncio.Protocol):
         while not (self._eof or self._lost):
             if not await self._wait(deadline):
                 return
+
+
+def _slices(head: bytes, view: memoryview, offset: int) -> Iterator[bytes | memoryview]:
+    yield head
+    for at in range(offset, len(view), CHUNK):
+        yield view[at : at + CHUNK]
 
 
 def _expire(waiter: asyncio.Future[bool]) -> None:
