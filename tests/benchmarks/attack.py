@@ -188,5 +188,5 @@ def run(ctx: Context, seconds: float, log_dir: Path) -> Section:
         "'Closed by the server' counts each attacking connection the exporter closed (cut off "
         "at a deadline, refused at the limit, or given up for a newer one at the limit); the "
         "attacker opens each one again."
-    ).replace("\n", " ")
+    ).replace("\n", " ").replace("  ", " ")
     return section
