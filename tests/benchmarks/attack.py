@@ -183,10 +183,14 @@ def run(ctx: Context, seconds: float, log_dir: Path) -> Section:
             )
     section.details = "\n".join(rows)
     section.method = (
-        f"{__doc__.split(chr(10) + chr(10))[0]} {__doc__.split(chr(10) + chr(10))[1]} "
-        f"The attack lasted {seconds:.0f} s per exporter; scrapes count from its start. "
-        "'Closed by the server' counts each attacking connection the exporter closed (cut off "
-        "at a deadline, refused at the limit, or given up for a newer one at the limit); the "
-        "attacker opens each one again."
-    ).replace("\n", " ").replace("  ", " ")
+        (
+            f"{__doc__.split(chr(10) + chr(10))[0]} {__doc__.split(chr(10) + chr(10))[1]} "
+            f"The attack lasted {seconds:.0f} s per exporter; scrapes count from its start. "
+            "'Closed by the server' counts each attacking connection the exporter closed (cut off "
+            "at a deadline, refused at the limit, or given up for a newer one at the limit); the "
+            "attacker opens each one again."
+        )
+        .replace("\n", " ")
+        .replace("  ", " ")
+    )
     return section
