@@ -98,8 +98,12 @@ class Agent:
         assert self.parts is not None
         monitor = self.parts.monitor
 
+        server = self.server
+
         def stepped() -> None:
             self._last_step = time.monotonic()
+            if server is not None:
+                server.snapshot_published()  # rendered off the request path, now
             if self._progress.active and monitor.snapshot.ready:
                 self._progress.end("ready")
 

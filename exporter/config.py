@@ -139,8 +139,8 @@ def parse_listen_address(text: str) -> tuple[str, int]:
 class HttpLimits:
     """The HTTP server's limits (exporter/web/http.py, docs/security.md)."""
 
-    max_connections: int = 64  # open connections; more are refused at once (503 or closed)
-    max_requests: int = 40  # scrapes in flight at once (node_exporter's default); 0: no limit
+    max_connections: int = 4096  # open connections (a memory bound); more are refused at once
+    max_requests: int = 40  # scrapes waiting for a render (node_exporter's default); 0: none
     header_timeout_s: float = 10.0
     idle_timeout_s: float = 120.0
     write_timeout_s: float = 30.0

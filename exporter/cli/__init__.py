@@ -242,14 +242,14 @@ def web_options(func: F) -> F:
             "web_max_connections",
             default=str(limits.max_connections),
             callback=_converter(_at_least(1, "0 would refuse every connection")),
-            help="open connections served at once; more are refused with 503",
+            help="open connections at once (a memory bound); more are refused with 503",
         ),
         _option(
             "--web.max-requests",
             "web_max_requests",
             default=str(limits.max_requests),
             callback=_converter(_count),
-            help="scrapes in flight at once; more get 503 (0: no limit)",
+            help="scrapes waiting for a render at once; more get 503 (0: no limit)",
         ),
         _option(
             "--web.read-header-timeout",

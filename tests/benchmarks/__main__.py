@@ -16,7 +16,9 @@ The benchmarks (each module says how it measures):
   node_exporter's own, idle and scraped, at 5,000 processes; 20,000 / 1,000 processes; RSS;
 - memory (bcc_memory.py): RSS with and without eBPF, and with the compile kept in a child;
 - nvml (nvml_bench.py) and ebpf (ebpf_bench.py, when that branch is in): their own figures;
-- edge (edge_latency.py): the shipped edge forwarder's latency to a receiver and its WAL growth.
+- edge (edge_latency.py): the shipped edge forwarder's latency to a receiver and its WAL growth;
+- attack (attack.py): scrapes under 2,000 trickling, 100 non-reading and a flood of connections,
+  wattprobe and node_exporter one after the other.
 """
 
 from __future__ import annotations
@@ -29,12 +31,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.benchmarks import collection, edge_latency, plugins, report, serving, targets
+from tests.benchmarks import attack, collection, edge_latency, plugins, report, serving, targets
 from tests.benchmarks.common import Context, Section
 
 log = logging.getLogger("tests.benchmarks")
 
-ALL = ("collection", "serving", "live", "targets", "memory", "nvml", "ebpf", "edge")
+ALL = ("collection", "serving", "live", "targets", "memory", "nvml", "ebpf", "edge", "attack")
 
 NOTES = """\
 - The synthetic node (tests/benchmarks/synthetic.py) is procfs/sysfs/cgroup trees on tmpfs in
@@ -71,6 +73,7 @@ def _sections(args: argparse.Namespace, ctx: Context, log_dir: Path) -> list[Sec
         "nvml": lambda: [plugins.nvml(args.nvml_repeat)],
         "ebpf": lambda: [s for s in [plugins.ebpf()] if s is not None],
         "edge": lambda: [edge_latency.run(ctx, args.edge_seconds, log_dir)],
+        "attack": lambda: [attack.run(ctx, args.attack_seconds, log_dir)],
     }
     out: list[Section] = []
     for name in args.only:
@@ -122,6 +125,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--scrape-rounds", type=int, default=4)
     parser.add_argument("--nvml-repeat", type=int, default=500)
     parser.add_argument("--edge-seconds", type=float, default=60.0, help="edge latency window")
+    parser.add_argument("--attack-seconds", type=float, default=40.0, help="per exporter")
     parser.add_argument("--quick", action="store_true", help="small and short: a smoke run")
     parser.add_argument("--no-write", action="store_true", help="leave docs/benchmarks.md alone")
     args = parser.parse_args(argv)
@@ -131,6 +135,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.live_seconds = args.targets_seconds = 20.0
         args.nvml_repeat = 50
         args.edge_seconds = 15.0
+        args.attack_seconds = 15.0
     return args
 
 

@@ -357,8 +357,8 @@ def _scrape_section(
         f"gzip; each connection's first request, which also connects, is left out, as "
         f"Prometheus keeps its connections). Latency: request sent to last body byte received. "
         f"A request is next to a step when the snapshot it got differs from its scraper's "
-        f"previous or next one: the monitor stepped (and the first scrape of the new snapshot "
-        f"rendered it) around then."
+        f"previous or next one: the monitor stepped, and the server's render thread rendered "
+        f"the new snapshot, around then (since issue 19 no scrape renders)."
     )
     return section
 
