@@ -45,6 +45,7 @@ USER_FLAGS = 0x400100  # PF_RANDOMIZE | PF_FORKNOEXEC, as a normal process shows
 KTHREAD_FLAGS = 0x208040  # PF_KTHREAD | PF_NOFREEZE | PF_NOFREEZE-like bits, as kthreadd shows
 TICKS_PER_S = 100  # USER_HZ
 NS_PER_TICK = 1_000_000_000 // TICKS_PER_S
+HYBRID_V2 = "unified"  # where a hybrid host mounts cgroup v2 under sys/fs/cgroup
 V1_CPUACCT = "cpu,cpuacct"  # the v1 hierarchy's directory under sys/fs/cgroup
 
 QOS = ("guaranteed", "burstable", "besteffort")
@@ -115,7 +116,9 @@ class Cgroup:
     """Where a process lives: its /proc/<pid>/cgroup text and its v2 directory (if any)."""
 
     text: str
-    v2_dir: str  # relative to the cgroup v2 root; "" for v1 layouts and the root
+    # relative to sys/fs/cgroup: the v2 root's (HYBRID_V2 on a hybrid host); "" for v1 layouts
+    # and the root
+    v2_dir: str
     v1_dir: str = ""  # relative to the cpu,cpuacct v1 hierarchy; "" for v2 layouts
 
     @property
@@ -155,6 +158,7 @@ class SyntheticHost:
         self._apps: frozenset[Cgroup] = frozenset()
         self._scenario: Scenario | None = None
         self.usage_ns: dict[Cgroup, int] = {}  # the kernel's CPU time per cgroup
+        self._charged_ns = 0  # CPU time charged to cgroups in this interval
         self._exited: set[Cgroup] = set()  # cgroups of the processes that exited last interval
 
     # -- layout ---------------------------------------------------------------------------------
@@ -170,6 +174,22 @@ class SyntheticHost:
     @property
     def cgroupfs(self) -> Path:
         return self.sysfs / "fs" / "cgroup"
+
+    @property
+    def hybrid(self) -> bool:
+        """Pods in v1 layouts: cgroup v2 is then mounted at sys/fs/cgroup/unified beside the v1
+        hierarchies, as on a real hybrid host (never the v1 hierarchies inside the v2 root)."""
+        return any(layout.startswith("cgroupfs-v1") for layout in self.shape.layouts)
+
+    @property
+    def v2_root(self) -> Path:
+        return self.cgroupfs / HYBRID_V2 if self.hybrid else self.cgroupfs
+
+    def _v2(self, cg: Cgroup) -> Cgroup:
+        """cg with its v2 directory placed under the v2 root."""
+        if not (cg.v2_dir and self.hybrid):
+            return cg
+        return Cgroup(cg.text, f"{HYBRID_V2}/{cg.v2_dir}", cg.v1_dir)
 
     @property
     def scenario_path(self) -> Path:
@@ -202,12 +222,12 @@ class SyntheticHost:
         kernel = max(2, round(shape.processes * shape.kernel_share))
         system = max(2, round(shape.processes * shape.system_share))
         pods = [self._pod_cgroups(i) for i in range(shape.pods)]
-        self._add(Cgroup("0::/init.scope\n", "init.scope"), "systemd", kernel=False)
+        self._add(self._v2(Cgroup("0::/init.scope\n", "init.scope")), "systemd", kernel=False)
         for i in range(kernel):
             self._add(Cgroup("0::/\n", ""), _kernel_comm(i, shape.ncpu), kernel=True)
         for i in range(system - 1):
             name = SERVICES[i % len(SERVICES)]
-            self._add(_service_cgroup(name), name, kernel=False)
+            self._add(self._v2(_service_cgroup(name)), name, kernel=False)
         for sandbox, _apps in pods:
             self._add(sandbox, "pause", kernel=False)
         self.container_cgroups = [c for _s, apps in pods for c in apps]
@@ -241,7 +261,7 @@ class SyntheticHost:
         uid = f"{i:08x}-{self._rng.getrandbits(16):04x}-4{self._rng.getrandbits(12):03x}-8"
         uid += f"{self._rng.getrandbits(12):03x}-{self._rng.getrandbits(48):012x}"
         ids = [f"{self._rng.getrandbits(256):064x}" for _ in range(self.shape.containers + 1)]
-        cgroups = [_container_cgroup(layout, qos, uid, cid) for cid in ids]
+        cgroups = [self._v2(_container_cgroup(layout, qos, uid, cid)) for cid in ids]
         return cgroups[0], cgroups[1:]
 
     def _add(self, cgroup: Cgroup, comm: str, *, kernel: bool) -> Process:
@@ -280,9 +300,10 @@ class SyntheticHost:
         for p in self.processes.values():
             members.setdefault(p.cgroup.v2_dir, []).append(p.pid)
         (self.cgroupfs).mkdir(parents=True, exist_ok=True)
-        write_atomic(self.cgroupfs / "cgroup.controllers", "cpuset cpu io memory pids misc\n")
+        self.v2_root.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.v2_root / "cgroup.controllers", "cpuset cpu io memory pids misc\n")
         for rel, pids in members.items():
-            d = self.cgroupfs / rel if rel else self.cgroupfs
+            d = self.cgroupfs / rel if rel else self.v2_root
             d.mkdir(parents=True, exist_ok=True)
             write_atomic(d / "cgroup.procs", "".join(f"{pid}\n" for pid in sorted(pids)))
 
@@ -302,6 +323,7 @@ class SyntheticHost:
         self.intervals += 1
         ticks = max(2, round(seconds * TICKS_PER_S))
         self.uptime_ticks += ticks
+        self._charged_ns = 0
         self._churn(max(1, round(shape.processes * shape.churn_share)))
         live = list(self.processes.values())
         ran = rng.sample(live, k=max(1, round(len(live) * shape.busy_share)))
@@ -317,12 +339,16 @@ class SyntheticHost:
                 du, ds = 0, du // 4 + 1
             p.utime += du
             p.stime += ds
-            busy_ticks += du + ds
+            if p.kernel:
+                busy_ticks += du + ds
             self._write_stat(p)
             if not p.kernel:
                 self._charge(p.cgroup, (du + ds) * NS_PER_TICK + rng.randrange(NS_PER_TICK))
                 charged.add(p.cgroup)
         self._write_usage(charged | self._exited)
+        # the node's busy time holds every cgroup's (as the kernel's does), exits and sub-tick
+        # remainders included: rounded up to whole ticks
+        busy_ticks += -(-self._charged_ns // NS_PER_TICK)
         self.fixture.add_cpu_ticks(busy=busy_ticks, idle=max(capacity - busy_ticks, 0))
         fixture = self.fixture
         for device, watts in (
@@ -370,6 +396,7 @@ class SyntheticHost:
         self._rewrite_procs(changed)
 
     def _charge(self, cgroup: Cgroup, ns: int) -> None:
+        self._charged_ns += ns
         if cgroup.usage_file:
             self.usage_ns[cgroup] = self.usage_ns.get(cgroup, 0) + ns
 
@@ -433,7 +460,8 @@ def _ancestors(cg: Cgroup) -> list[str]:
     """The directories above a cgroup's, relative to sys/fs/cgroup, below its hierarchy's root."""
     rel = cg.usage_file.rsplit("/", 1)[0] if cg.usage_file else ""  # the cgroup's own dir
     parts = rel.split("/")
-    first = 2 if cg.v1_dir else 1  # "cpu,cpuacct/<...>": the v1 root is not a cgroup of it
+    # "cpu,cpuacct/<...>", "unified/<...>": a hierarchy's root is not a cgroup of it
+    first = 2 if cg.v1_dir or cg.v2_dir.startswith(f"{HYBRID_V2}/") else 1
     return ["/".join(parts[:i]) for i in range(first, len(parts))]
 
 

@@ -364,6 +364,10 @@ class CgroupTree:
             if scan - b.last_live > LINGER_SCANS:
                 del self._buckets[ref]
                 continue
+            if not b.total and ref.pod_uid and not ref.container_id:
+                # a pod's own cgroup that has run nothing outside its containers: no series
+                # (processes are rarely placed there; its containers are what the pod runs)
+                continue
             if b.sample is None or b.sample.cpu_seconds != b.total:
                 b.sample = TaskSample(
                     key=b.key,
