@@ -27,10 +27,12 @@ import statistics
 import struct
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,8 @@ CPU_TEMPLATE = FIXTURES / "golden" / "fixture-host.prom"
 GPU_TEMPLATE = FIXTURES / "fleet" / "gpu-node.prom"
 
 PODS_PER_NODE = 110  # the kubelet's default --max-pods
+# containers per pod, as the synthetic node of tests/benchmarks (110 pods x 3 containers)
+CONTAINERS = ("app", "sidecar", "init")
 NAMESPACES = 12
 JOB = "wattprobe"
 # families rebuilt per pod; process series are opt-in (--collector.process) and left out
@@ -185,7 +189,7 @@ class Fleet:
         namespace = f"team-{p % NAMESPACES:02d}"
         pod = f"app-{p:03d}-{n:05d}"
         ids = {"namespace": namespace, "pod": pod, "pod_uid": _uid(n, p)}
-        containers = ["main", "sidecar"] if p % 3 == 0 else ["main"]
+        containers = list(CONTAINERS)
         load = 1.0 + (p % 5)  # the pod's watts in package; its containers split it evenly
         zones: dict[tuple[str, str, str], float] = {
             (zone, "active", ""): load * k for zone, k in CPU_ZONES.items()
@@ -203,10 +207,11 @@ class Fleet:
                 self._add(
                     "wattprobe_container_energy_joules_total", labels, 0.0, watts / len(containers)
                 )
-        for c in containers:
+        # the pause container has CPU time but no name (container=""), as in the golden file
+        for c in ["", *containers]:
             labels = {**target, **ids, "container": c, "container_id": _cid(n, p, c)}
             self._add("wattprobe_container_cpu_seconds_total", labels, 0.0, 0.01 * load)
-            if gpu is not None and c == "main":
+            if gpu is not None and c == CONTAINERS[0]:
                 self._add(
                     "wattprobe_container_gpu_memory_used_bytes",
                     {**labels, "gpu": gpu[0]},
@@ -371,6 +376,20 @@ def recorded(series: list[Series], rules_text: str) -> list[Series]:
 # -- the receiving Prometheus ----------------------------------------------------------------
 
 
+def _spawn(name: str, argv: list[str], port: int, log_path: Path) -> Daemon:
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+    daemon = Daemon(name, proc, port, log_path)
+    try:
+        daemon.wait_ready()
+    except BaseException:
+        daemon.stop()
+        raise
+    return daemon
+
+
 def receiver_config(workdir: Path, rules: Path | None, evaluation_interval: str = "15s") -> Path:
     """Its config: no scrape job of its own, the rule file when given."""
     config = workdir / "prometheus.yml"
@@ -406,30 +425,100 @@ def start_receiver(binary: str, workdir: Path, rules: Path | None = None) -> Dae
         "--web.enable-lifecycle",
         "--log.level=warn",
     ]
-    log_path = workdir / "prometheus.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
-    daemon = Daemon("prometheus", proc, port, log_path)
-    try:
-        daemon.wait_ready()
-    except BaseException:
-        daemon.stop()
-        raise
-    return daemon
+    return _spawn("prometheus", argv, port, workdir / "prometheus.log")
 
 
 def own_metrics(daemon: Daemon) -> dict[str, float]:
-    """Prometheus' own unlabelled gauges and counters from its /metrics."""
+    """Prometheus' own metrics from its /metrics, each summed over its labels."""
     with urllib.request.urlopen(daemon.url + "/metrics", timeout=30) as resp:
         text = resp.read().decode()
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if not s.labels:
-                out[s.name] = float(s.value)
+            out[s.name] = out.get(s.name, 0.0) + float(s.value)
     return out
+
+
+# -- one node served over HTTP, for a real forwarder to scrape ---------------------------------
+
+
+def exposition(series: list[Series], seconds: float, drop: tuple[str, ...]) -> str:
+    """Text exposition of the series at `seconds` after their origin, without the labels a
+    scrape or the forwarder adds (`drop`)."""
+    lines = []
+    for s in series:
+        labels = [(k, v) for k, v in s.labels if k != "__name__" and k not in drop]
+        body = ",".join(f'{k}="{v}"' for k, v in labels)
+        lines.append(f"{s.name}{{{body}}} {s.value(seconds)!r}")
+    return "\n".join(lines) + "\n"
+
+
+class NodeServer:
+    """Serves one synthetic node's /metrics on 127.0.0.1, values at the time of the request."""
+
+    def __init__(self, series: list[Series]) -> None:
+        origin = time.time()
+        drop = ("job", "instance", "node")
+        scrape_names = {"up", "scrape_duration_seconds", "scrape_samples_scraped"}
+        scrape_names |= {"scrape_samples_post_metric_relabeling", "scrape_series_added"}
+        own = [s for s in series if s.name not in scrape_names]
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = exposition(own, time.time() - origin, drop).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
+def start_forwarder(
+    binary: str,
+    workdir: Path,
+    target: str,
+    receiver: str,
+    *,
+    node: str,
+    scrape_interval: str = "1s",
+) -> Daemon:
+    """Prometheus in agent mode scraping one node and remote-writing to the receiver, with the
+    edge forwarder's settings (scrape every second, a batch at 1 s or 2,000 samples)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = workdir / "agent.yml"
+    config.write_text(
+        f"global:\n  scrape_interval: {scrape_interval}\n  scrape_timeout: {scrape_interval}\n"
+        f"  external_labels:\n    node: {node}\n"
+        "scrape_configs:\n  - job_name: wattprobe\n    honor_labels: true\n"
+        f"    static_configs:\n      - targets: ['{target}']\n"
+        f"remote_write:\n  - url: {receiver}/api/v1/write\n"
+        "    queue_config:\n      batch_send_deadline: 1s\n      max_samples_per_send: 2000\n"
+        "      min_shards: 1\n      max_shards: 4\n"
+        "    metadata_config:\n      send: false\n"
+    )
+    port = free_port()
+    argv = [
+        binary,
+        "--enable-feature=agent",
+        f"--config.file={config}",
+        f"--storage.agent.path={workdir / 'wal'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--log.level=warn",
+    ]
+    return _spawn("prometheus-agent", argv, port, workdir / "agent.log")
 
 
 # -- a loaded fleet --------------------------------------------------------------------------
