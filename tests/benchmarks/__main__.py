@@ -13,7 +13,9 @@ The benchmarks (each module says how it measures):
 - live (serving.py, livenode.py): serve with eBPF and with /proc side by side on this machine's
   real /proc made as busy as the synthetic node (5,000 processes in real pod cgroups);
 - memory (bcc_memory.py): RSS with and without eBPF, and with the compile kept in a child;
-- nvml (nvml_bench.py) and ebpf (ebpf_bench.py, when that branch is in): their own figures.
+- nvml (nvml_bench.py) and ebpf (ebpf_bench.py, when that branch is in): their own figures;
+- fleet (fleet_bench.py): a synthetic edge fleet in a real Prometheus, dashboard query times,
+  memory per series, remote-write bytes per sample, the 2,000-node sizing (docs/fleet.md).
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.benchmarks import collection, plugins, report, serving
+from tests.benchmarks import collection, fleet_bench, plugins, report, serving
 from tests.benchmarks.common import Context, Section
 
 log = logging.getLogger("tests.benchmarks")
 
-ALL = ("collection", "serving", "live", "memory", "nvml", "ebpf")
+ALL = ("collection", "serving", "live", "memory", "nvml", "ebpf", "fleet")
 
 NOTES = """\
 - The synthetic node (tests/benchmarks/synthetic.py) is procfs/sysfs/cgroup trees on tmpfs in
@@ -66,6 +68,9 @@ def _sections(args: argparse.Namespace, ctx: Context, log_dir: Path) -> list[Sec
         "memory": lambda: [_memory()],
         "nvml": lambda: [plugins.nvml(args.nvml_repeat)],
         "ebpf": lambda: [s for s in [plugins.ebpf()] if s is not None],
+        "fleet": lambda: [
+            fleet_bench.run(fleet_bench.Options(nodes=args.fleet_nodes, window_s=args.fleet_window))
+        ],
     }
     out: list[Section] = []
     for name in args.only:
@@ -109,6 +114,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=300, help="per scraper and target")
     parser.add_argument("--scrape-rounds", type=int, default=4)
     parser.add_argument("--nvml-repeat", type=int, default=500)
+    parser.add_argument("--fleet-nodes", type=int, default=fleet_bench.Options.nodes)
+    parser.add_argument(
+        "--fleet-window", type=float, default=fleet_bench.Options.window_s, help="seconds"
+    )
     parser.add_argument("--quick", action="store_true", help="small and short: a smoke run")
     parser.add_argument("--no-write", action="store_true", help="leave docs/benchmarks.md alone")
     args = parser.parse_args(argv)
@@ -117,6 +126,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.steady_seconds, args.requests, args.scrape_rounds = 20.0, 40, 2
         args.live_seconds = 20.0
         args.nvml_repeat = 50
+        args.fleet_nodes, args.fleet_window = 6, 900.0
     return args
 
 
