@@ -15,7 +15,8 @@ The benchmarks (each module says how it measures):
 - memory (bcc_memory.py): RSS with and without eBPF, and with the compile kept in a child;
 - nvml (nvml_bench.py) and ebpf (ebpf_bench.py, when that branch is in): their own figures;
 - fleet (fleet_bench.py): a synthetic edge fleet in a real Prometheus, dashboard query times,
-  memory per series, remote-write bytes per sample, the 2,000-node sizing (docs/fleet.md).
+  memory per series, remote-write bytes per sample, the 2,000-node sizing (docs/fleet.md);
+- edge-footprint (edge_footprint.py): the edge pod (agent + forwarder) on a 200-process node.
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.benchmarks import collection, fleet_bench, plugins, report, serving
+from tests.benchmarks import collection, edge_footprint, fleet_bench, plugins, report, serving
 from tests.benchmarks.common import Context, Section
 
 log = logging.getLogger("tests.benchmarks")
 
-ALL = ("collection", "serving", "live", "memory", "nvml", "ebpf", "fleet")
+ALL = ("collection", "serving", "live", "memory", "nvml", "ebpf", "fleet", "edge-footprint")
 
 NOTES = """\
 - The synthetic node (tests/benchmarks/synthetic.py) is procfs/sysfs/cgroup trees on tmpfs in
@@ -68,6 +69,7 @@ def _sections(args: argparse.Namespace, ctx: Context, log_dir: Path) -> list[Sec
         "memory": lambda: [_memory()],
         "nvml": lambda: [plugins.nvml(args.nvml_repeat)],
         "ebpf": lambda: [s for s in [plugins.ebpf()] if s is not None],
+        "edge-footprint": lambda: [edge_footprint.run(args.edge_footprint_seconds)],
         "fleet": lambda: [
             fleet_bench.run(fleet_bench.Options(nodes=args.fleet_nodes, window_s=args.fleet_window))
         ],
@@ -118,6 +120,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--fleet-window", type=float, default=fleet_bench.Options.window_s, help="seconds"
     )
+    parser.add_argument(
+        "--edge-footprint-seconds", type=float, default=60.0, help="edge pod window"
+    )
     parser.add_argument("--quick", action="store_true", help="small and short: a smoke run")
     parser.add_argument("--no-write", action="store_true", help="leave docs/benchmarks.md alone")
     args = parser.parse_args(argv)
@@ -126,7 +131,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.steady_seconds, args.requests, args.scrape_rounds = 20.0, 40, 2
         args.live_seconds = 20.0
         args.nvml_repeat = 50
-        args.fleet_nodes, args.fleet_window = 6, 900.0
+        args.fleet_nodes, args.fleet_window, args.edge_footprint_seconds = 6, 900.0, 15.0
     return args
 
 
