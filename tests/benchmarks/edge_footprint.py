@@ -235,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     section = run(args.seconds)
     print(report.table([section]))
+    print("\n" + "\n".join(report.section_lines(section)))
     return 0
 
 

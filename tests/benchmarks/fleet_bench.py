@@ -278,7 +278,7 @@ def run(opts: Options) -> Section:
         "and _samples_total."
     )
     details = (
-        "Sizing (docs/fleet.md):\n\n"
+        "Sizing for 2,000 edge nodes (what it means: [fleet.md](fleet.md)):\n\n"
         + _sizing(fleet, per_series, wire)
         + "\n\nEvery dashboard query, slowest first:\n\n"
         + "\n".join(table)
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     section = run(Options(args.nodes, args.window, args.dense_nodes))
     print(report.table([section]))
-    print(f"\n{section.method}\n\n{section.details}")
+    print("\n" + "\n".join(report.section_lines(section)))
     return 0
 
 

@@ -86,6 +86,22 @@ def recorded_elsewhere() -> list[str]:
     return lines
 
 
+def section_lines(s: Section) -> list[str]:
+    """One section of benchmarks.md: title, method, load, figures, details, rerun commands."""
+    lines = [f"## {s.title}", ""]
+    if s.method:
+        lines += [s.method, ""]
+    if s.load is not None:
+        lines += [f"Machine load while measuring: {s.load.describe()}.", ""]
+    lines += _figures(s.figures)
+    if s.details:
+        lines += ["", s.details]
+    reruns = sorted({f.rerun for f in s.figures if f.rerun})
+    if reruns:
+        lines += ["", "Rerun: " + ", ".join(f"`{r}`" for r in reruns) + "."]
+    return lines
+
+
 def markdown(sections: Sequence[Section], command: str, notes: str) -> str:
     targets = [f for s in sections for f in s.figures if f.met is not None]
     lines = [
@@ -108,17 +124,7 @@ def markdown(sections: Sequence[Section], command: str, notes: str) -> str:
     for f in targets:
         lines.append(f"| {_cell(f.measure)}: {f.target} | {_cell(f.value)} | {f.verdict} |")
     for s in sections:
-        lines += ["", f"## {s.title}", ""]
-        if s.method:
-            lines += [s.method, ""]
-        if s.load is not None:
-            lines += [f"Machine load while measuring: {s.load.describe()}.", ""]
-        lines += _figures(s.figures)
-        if s.details:
-            lines += ["", s.details]
-        reruns = sorted({f.rerun for f in s.figures if f.rerun})
-        if reruns:
-            lines += ["", "Rerun: " + ", ".join(f"`{r}`" for r in reruns) + "."]
+        lines += ["", *section_lines(s)]
     lines += ["", *recorded_elsewhere()]
     if notes:
         lines += ["", "## Notes", "", notes]
