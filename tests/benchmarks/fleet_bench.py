@@ -232,7 +232,8 @@ def run(opts: Options) -> Section:
         ),
         Figure("dashboard queries Prometheus refused", str(len(errors)), "0", not errors, rerun),
         Figure(
-            "receiver memory per series, 1 h at 30 s (RSS / Go heap in use)",
+            f"receiver memory per series, {opts.window_s / 3600:.1f} h at 30 s, {opts.nodes} nodes "
+            "(RSS / Go heap in use)",
             f"{rss_30 / 1024:.1f} / {heap_30 / 1024:.1f} KiB",
             rerun=rerun,
         ),
