@@ -25,7 +25,7 @@ from tests.fleet import (
 )
 from tests.realparts import require_binary
 
-pytestmark = [pytest.mark.real]
+pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 NODES = 8  # two GPU nodes (every fourth)
 WINDOW_S = 900.0
