@@ -6,7 +6,7 @@ ARGS ?=
 SRC := exporter tests alerts dashboards deploy docs
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-test run test pytest fmt lint bench golden docs manifests monitoring image clean
+.PHONY: help setup setup-test run test pytest fmt lint bench golden docs manifests monitoring image image-multiarch clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -58,6 +58,10 @@ monitoring: ## render rules, PrometheusRule and dashboards for your scrape JOB (
 
 image: ## build the agent image (needs docker or buildah; not part of `make test`)
 	docker build -f deploy/Dockerfile -t ghcr.io/wattprobe/wattprobe:$$($(PY) -c 'import exporter; print(exporter.__version__)') .
+
+PLATFORMS ?= linux/amd64,linux/arm64
+image-multiarch: ## build and push the image for PLATFORMS (docker buildx; QEMU binfmt for foreign ones)
+	docker buildx build --platform '$(PLATFORMS)' -f deploy/Dockerfile --push -t ghcr.io/wattprobe/wattprobe:$$($(PY) -c 'import exporter; print(exporter.__version__)') .
 
 clean: ## remove the venv and caches
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -34,7 +34,9 @@ def full_tree(root: Path, release: str, arch: str = "x86") -> Path:
     return root
 
 
-def debian_pair(src: Path, version: str, flavour: str = "amd64") -> tuple[Path, Path]:
+def debian_pair(
+    src: Path, version: str, flavour: str = "amd64", arch: str = "x86"
+) -> tuple[Path, Path]:
     """linux-headers-<version>-<flavour> (generated, Makefile including -common) + -common."""
     common = src / f"linux-headers-{version}-common"
     build = src / f"linux-headers-{version}-{flavour}"
@@ -46,15 +48,18 @@ def debian_pair(src: Path, version: str, flavour: str = "amd64") -> tuple[Path, 
         build / "include/generated/utsrelease.h",
         f'#define UTS_RELEASE "{version}-{flavour}"\n',
     )
-    (build / "arch/x86/include/generated/uapi").mkdir(parents=True)
+    (build / f"arch/{arch}/include/generated/uapi").mkdir(parents=True)
+    # the -common half holds every architecture's plain headers, as Debian's does
+    for each in ("x86", "arm64"):
+        (common / f"arch/{each}/include/uapi").mkdir(parents=True, exist_ok=True)
     return build, common
 
 
-def find(tmp_path: Path, configured: Path | None = None) -> KernelHeaders:
+def find(tmp_path: Path, configured: Path | None = None, machine: str = "x86_64") -> KernelHeaders:
     return find_kernel_headers(
         configured,
         release=RUNNING_RELEASE,
-        machine="x86_64",
+        machine=machine,
         modules_dir=tmp_path / "lib/modules",
         src_dir=tmp_path / "usr/src",
     )
@@ -159,7 +164,69 @@ def test_leftover_build_dir_without_headers_is_not_used(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("machine", "arch"),
-    [("x86_64", "x86"), ("aarch64", "arm64"), ("ppc64le", "powerpc"), ("riscv64", "riscv")],
+    [
+        ("x86_64", "x86"),
+        ("aarch64", "arm64"),
+        ("arm64", "arm64"),
+        ("armv7l", "arm"),
+        ("ppc64le", "powerpc"),
+        ("riscv64", "riscv"),
+    ],
 )
 def test_kernel_arch(machine: str, arch: str) -> None:
     assert kernel_arch(machine) == arch
+
+
+# -- arm64: Debian's linux-headers-arm64 (linux-headers-<version>-arm64 + -common) -------------
+
+
+def test_generic_arm64_set_on_an_arm64_node(tmp_path: Path) -> None:
+    build, common = debian_pair(tmp_path / "usr/src", "6.1.0-56", "arm64", "arm64")
+    h = find(tmp_path, machine="aarch64")
+    assert (h.origin, h.source, h.build, h.arch) == (GENERIC, common, build, "arm64")
+    assert h.release == "6.1.0-56-arm64"
+    assert h.cflags() == [
+        f"-I{build}/arch/arm64/include/generated",
+        f"-I{build}/arch/arm64/include/generated/uapi",
+        f"-I{build}/include",
+        f"-I{build}/include/generated/uapi",
+    ]
+
+
+def test_multiarch_usr_src_gives_each_machine_its_own_set(tmp_path: Path) -> None:
+    """Both flavours installed side by side (one -common for both): each architecture takes its
+    own build tree, whichever sorts first."""
+    src = tmp_path / "usr/src"
+    amd, _ = debian_pair(src, "6.1.0-56", "amd64", "x86")
+    arm, _ = debian_pair(src, "6.1.0-56", "arm64", "arm64")
+    assert find(tmp_path, machine="x86_64").build == amd
+    assert find(tmp_path, machine="aarch64").build == arm
+
+
+def test_newer_set_for_another_architecture_does_not_win(tmp_path: Path) -> None:
+    src = tmp_path / "usr/src"
+    own, _ = debian_pair(src, "6.1.0-9", "arm64", "arm64")
+    debian_pair(src, "6.1.0-56", "amd64", "x86")
+    assert find(tmp_path, machine="aarch64").build == own
+
+
+def test_merged_tree_of_another_architecture_is_refused(tmp_path: Path) -> None:
+    """The image's merged tree (deploy/image/merge-kernel-headers.sh keeps only its own arch/)
+    from an amd64 image on an arm64 node: a configured tree, so an error that says so."""
+    merged = full_tree(tmp_path / "opt/wattprobe/kernel-headers", "6.1.0-56-amd64", "x86")
+    assert find(tmp_path, merged).arch == "x86"
+    with pytest.raises(SourceError) as err:
+        find(tmp_path, merged, machine="aarch64")
+    assert err.value.reason == NO_HEADERS and str(merged) in err.value.detail
+
+
+def test_merged_arm64_tree_on_arm64(tmp_path: Path) -> None:
+    merged = full_tree(tmp_path / "opt/wattprobe/kernel-headers", "6.1.0-56-arm64", "arm64")
+    h = find(tmp_path, merged, machine="aarch64")
+    assert (h.origin, h.source, h.build, h.release) == (CONFIGURED, merged, None, "6.1.0-56-arm64")
+
+
+def test_running_arm64_kernel_headers(tmp_path: Path) -> None:
+    full_tree(tmp_path / "lib/modules" / RUNNING_RELEASE / "build", RUNNING_RELEASE, "arm64")
+    h = find(tmp_path, machine="aarch64")
+    assert h.origin == RUNNING and h.native and h.arch == "arm64"

@@ -18,7 +18,10 @@ The benchmarks (each module says how it measures):
 - nvml (nvml_bench.py) and ebpf (ebpf_bench.py, when that branch is in): their own figures;
 - edge (edge_latency.py): the shipped edge forwarder's latency to a receiver and its WAL growth;
 - attack (attack.py): scrapes under 2,000 trickling, 100 non-reading and a flood of connections,
-  wattprobe and node_exporter one after the other.
+  wattprobe and node_exporter one after the other;
+- fleet (fleet_bench.py): a synthetic edge fleet in a real Prometheus, dashboard query times,
+  memory per series, remote-write bytes per sample, the 2,000-node sizing (docs/fleet.md);
+- edge-footprint (edge_footprint.py): the edge pod (agent + forwarder) on a 200-process node.
 """
 
 from __future__ import annotations
@@ -31,12 +34,34 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.benchmarks import attack, collection, edge_latency, plugins, report, serving, targets
+from tests.benchmarks import (
+    attack,
+    collection,
+    edge_footprint,
+    edge_latency,
+    fleet_bench,
+    plugins,
+    report,
+    serving,
+    targets,
+)
 from tests.benchmarks.common import Context, Section
 
 log = logging.getLogger("tests.benchmarks")
 
-ALL = ("collection", "serving", "live", "targets", "memory", "nvml", "ebpf", "edge", "attack")
+ALL = (
+    "collection",
+    "serving",
+    "live",
+    "targets",
+    "memory",
+    "nvml",
+    "ebpf",
+    "edge",
+    "attack",
+    "fleet",
+    "edge-footprint",
+)
 
 NOTES = """\
 - The synthetic node (tests/benchmarks/synthetic.py) is procfs/sysfs/cgroup trees on tmpfs in
@@ -74,6 +99,10 @@ def _sections(args: argparse.Namespace, ctx: Context, log_dir: Path) -> list[Sec
         "ebpf": lambda: [s for s in [plugins.ebpf()] if s is not None],
         "edge": lambda: [edge_latency.run(ctx, args.edge_seconds, log_dir)],
         "attack": lambda: [attack.run(ctx, args.attack_seconds, log_dir)],
+        "edge-footprint": lambda: [edge_footprint.run(args.edge_footprint_seconds)],
+        "fleet": lambda: [
+            fleet_bench.run(fleet_bench.Options(nodes=args.fleet_nodes, window_s=args.fleet_window))
+        ],
     }
     out: list[Section] = []
     for name in args.only:
@@ -126,6 +155,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--nvml-repeat", type=int, default=500)
     parser.add_argument("--edge-seconds", type=float, default=60.0, help="edge latency window")
     parser.add_argument("--attack-seconds", type=float, default=40.0, help="per exporter")
+    parser.add_argument("--fleet-nodes", type=int, default=fleet_bench.Options.nodes)
+    parser.add_argument(
+        "--fleet-window", type=float, default=fleet_bench.Options.window_s, help="seconds"
+    )
+    parser.add_argument(
+        "--edge-footprint-seconds", type=float, default=60.0, help="edge pod window"
+    )
     parser.add_argument("--quick", action="store_true", help="small and short: a smoke run")
     parser.add_argument("--no-write", action="store_true", help="leave docs/benchmarks.md alone")
     args = parser.parse_args(argv)
@@ -136,6 +172,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.nvml_repeat = 50
         args.edge_seconds = 15.0
         args.attack_seconds = 15.0
+        args.fleet_nodes, args.fleet_window, args.edge_footprint_seconds = 6, 900.0, 15.0
     return args
 
 

@@ -137,6 +137,11 @@ def earlier_sections(text: str) -> list[Kept]:
     return out
 
 
+def section_lines(s: Section) -> list[str]:
+    """One section on its own, as a benchmark run as a script prints it."""
+    return _section_lines(s, f"{MEASURED}this run at {datetime.now(UTC):%Y-%m-%d %H:%M} UTC.")
+
+
 def _section_lines(s: Section, measured: str) -> list[str]:
     lines = ["", f"## {s.title}", "", measured, ""]
     if s.method:

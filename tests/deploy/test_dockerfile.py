@@ -72,7 +72,11 @@ def _stages() -> list[tuple[str, str | None]]:
     return stages
 
 
-def _apt_packages() -> list[str]:
+TARGET_ARCHES = ("amd64", "arm64")  # what docs/install.md says to build with buildx
+
+
+def _apt_packages(target: str = "amd64") -> list[str]:
+    """What the stages install for one TARGETARCH (the headers stage names its set by it)."""
     pkgs: list[str] = []
     for i in _instructions():
         if i.op != "RUN":
@@ -82,7 +86,7 @@ def _apt_packages() -> list[str]:
                 continue
             words = shlex.split(command)
             if words[:2] == ["apt-get", "install"]:
-                pkgs += [w for w in words[2:] if not w.startswith("-")]
+                pkgs += [w.replace("${target}", target) for w in words[2:] if not w.startswith("-")]
     return pkgs
 
 
@@ -119,8 +123,13 @@ def test_every_apt_package_exists_in_bookworm() -> None:
     os_release = Path("/etc/os-release").read_text()
     if "VERSION_CODENAME=bookworm" not in os_release:
         missing("a Debian 12 (bookworm) machine to resolve the image's packages")
-    pkgs = _apt_packages()
-    assert {"python3", "python3-bpfcc", "linux-headers-amd64"} <= set(pkgs)
+    # apt here knows only this machine's architecture; the other's names differ in the one
+    # ${target} word (test_headers_per_target_arch)
+    host = subprocess.run(
+        ["dpkg", "--print-architecture"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout.strip()
+    pkgs = _apt_packages(host)
+    assert {"python3", "python3-bpfcc", f"linux-headers-{host}"} <= set(pkgs)
     for pkg in pkgs:
         proc = subprocess.run(
             [apt_cache, "policy", pkg], capture_output=True, text=True, timeout=60, check=False
@@ -250,3 +259,72 @@ def test_no_latest_tag_and_not_root_by_default(pattern: str) -> None:
     assert pattern not in DOCKERFILE.read_text()
     users = [i.args for i in _instructions() if i.op == "USER"]
     assert users[-1] == "65534:65534"
+
+
+def _headers_run() -> str:
+    stage = next(n for n, (_, name) in enumerate(_stages()) if name == "headers")
+    (run,) = [i.args for i in _instructions() if i.stage == stage and "linux-headers" in i.args]
+    assert any(
+        i.op == "ARG" and i.args == "TARGETARCH" for i in _instructions() if i.stage == stage
+    )
+    return run
+
+
+@pytest.mark.parametrize(
+    ("targetarch", "stage_arch", "installed"),
+    [
+        ("amd64", "amd64", "linux-headers-amd64"),
+        ("arm64", "arm64", "linux-headers-arm64"),
+        (None, "arm64", "linux-headers-arm64"),  # docker build without BuildKit
+        ("arm64", "amd64", None),  # a stage not running on its target platform
+        ("riscv64", "riscv64", None),  # no such build
+    ],
+)
+def test_headers_per_target_arch(
+    tmp_path: Path, targetarch: str | None, stage_arch: str, installed: str | None
+) -> None:
+    """The headers stage's RUN, run by sh with dpkg, apt-get and rm replaced by recorders: it
+    installs Debian's generic set named by TARGETARCH, and refuses what it cannot build."""
+    sh = require_binary("sh")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls"
+    fakes = {
+        "dpkg": f'[ "$1" = --print-architecture ] && echo {stage_arch}',
+        "apt-get": f'echo "apt-get $*" >> {log}',
+        "rm": f'echo "rm $*" >> {log}',
+    }
+    for name, body in fakes.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    if targetarch is not None:
+        env["TARGETARCH"] = targetarch
+    proc = subprocess.run(
+        [sh, "-c", _headers_run()], check=False, env=env, capture_output=True, text=True, timeout=30
+    )
+    calls = log.read_text().splitlines() if log.exists() else []
+    if installed is None:
+        assert proc.returncode != 0 and calls == [], calls
+        assert proc.stderr.strip(), "a refused build says why"
+        return
+    assert proc.returncode == 0, proc.stderr
+    assert f"apt-get install -y --no-install-recommends {installed}" in calls
+
+
+def test_no_architecture_is_hard_coded() -> None:
+    """Every stage installs the same names on both architectures but the headers set, which
+    follows TARGETARCH: nothing names an architecture but the headers stage's list of those it
+    builds."""
+    allowed = 'case "$target" in ' + "|".join(TARGET_ARCHES) + ")"
+    for i in _instructions():
+        args = i.args.replace(allowed, "")
+        assert not re.search(r"amd64|arm64|x86_64|aarch64", args), i.args
+    assert allowed in _headers_run()
+    per_arch = {arch: _apt_packages(arch) for arch in TARGET_ARCHES}
+    assert per_arch["amd64"] != per_arch["arm64"]
+    for arch, pkgs in per_arch.items():
+        assert f"linux-headers-{arch}" in pkgs and "python3-bpfcc" in pkgs
+        assert [p for p in pkgs if "linux-headers" not in p] == [
+            p for p in per_arch["amd64"] if "linux-headers" not in p
+        ]

@@ -8,7 +8,12 @@ compile them; the headers only have to be *some* kernel's. In order:
 2. a directory the operator configured (--ebpf.kernel-headers): a full header tree, a Debian/Ubuntu
    "build" directory whose Makefile includes its source tree, or a /lib/modules/<release> dir;
 3. a generic set installed under /usr/src (Debian's linux-headers-<version>-<flavour> plus its
-   -common tree, as the linux-headers-amd64 package or a container image provides).
+   -common tree, as the linux-headers-amd64 or linux-headers-arm64 package or a container image
+   provides).
+
+Every tree but the running kernel's must be for this machine's architecture (arch/x86 on
+x86_64, arch/arm64 on aarch64): a set for another one (an amd64 image's tree on an arm64 node, a
+multi-arch /usr/src) is passed over, because bcc would compile with the wrong asm headers.
 
 For 2 and 3 bcc is pointed at the tree through BCC_KERNEL_SOURCE; where the generated headers
 live in a separate build tree, they are added with -I flags (bcc's own split-tree support only
@@ -43,6 +48,7 @@ _KERNEL_ARCH = (
     ("i686", "x86"),
     ("i386", "x86"),
     ("aarch64", "arm64"),
+    ("arm64", "arm64"),  # the BSDs' and Apple's name; before "arm", which it starts with
     ("arm", "arm"),
     ("ppc", "powerpc"),
     ("s390", "s390"),
@@ -153,13 +159,23 @@ def _tree(path: Path, arch: str) -> tuple[Path, Path | None] | None:
         return None
     has_generated = (path / _AUTOCONF).is_file()
     if (path / _KCONFIG).is_file():
-        return (path, None) if has_generated else None
+        return (path, None) if has_generated and _for_arch(path, arch) else None
     if not (has_generated and (path / "arch" / arch / "include" / "generated").is_dir()):
         return None
     source = _split_source(path)
     if source is None:
         return None
     return source, path
+
+
+def _for_arch(tree: Path, arch: str) -> bool:
+    """False when the tree holds arch/ directories but not this machine's: a kernel source tree
+    holds them all, a merged or packaged header set only its own (Debian's -common half holds
+    them all too, so only the generated half decides for a split pair)."""
+    arches = tree / "arch"
+    if not arches.is_dir():
+        return True  # nothing says which: bcc's own -I arch/<arch>/include will tell
+    return (arches / arch).is_dir()
 
 
 def _modules_tree(path: Path, arch: str) -> tuple[Path, Path | None] | None:

@@ -54,7 +54,8 @@ FIXES: dict[str, str] = {
     NO_TRACEPOINT: "use a kernel built with CONFIG_TRACEPOINTS and CONFIG_FTRACE_SYSCALLS",
     NO_HEADERS: (
         "install headers for the running kernel (linux-headers-$(uname -r)) or any generic set "
-        "(Debian: linux-headers-amd64), or pass --ebpf.kernel-headers DIR"
+        "(Debian: linux-headers-$(dpkg --print-architecture), i.e. linux-headers-amd64 or "
+        "linux-headers-arm64), or pass --ebpf.kernel-headers DIR"
     ),
     NO_CGROUP2: (
         "mount cgroup v2 (unified or hybrid hierarchy); until then use --activity.source procfs"
