@@ -46,6 +46,7 @@ NODE_ZONE_POWER = "node_zone_source:wattprobe_node_energy_joules:sum_rate5m"
 THROTTLE_REASONS = "hw_slowdown|hw_thermal_slowdown|sw_thermal_slowdown|hw_power_brake_slowdown"
 POD_POWER = "namespace_pod_zone:wattprobe_pod_energy_joules:sum_rate5m"
 NAMESPACE_POWER = "namespace_zone:wattprobe_pod_energy_joules:sum_rate5m"
+NODE_NAMESPACE_POWER = "node_namespace_zone:wattprobe_pod_energy_joules:sum_rate5m"
 POD_ENERGY = "wattprobe_pod_energy_joules_total"
 IDLE_POWER = "wattprobe_idle_power_watts"
 J_PER_KWH = "3.6e6"
@@ -280,7 +281,7 @@ def cluster_power(settings: Settings) -> JSON:
             "active and the idle billed to their pods.",
             [
                 Query(
-                    f"topk(10, sum by (namespace, zone) ({POD_POWER}{sel()}))",
+                    f"topk(10, sum by (namespace, zone) ({NODE_NAMESPACE_POWER}{sel()}))",
                     "{{namespace}} · {{zone}}",
                     instant=True,
                 )
@@ -303,7 +304,12 @@ def cluster_power(settings: Settings) -> JSON:
         timeseries(
             "Namespace power",
             "Power attributed to each namespace over time, per zone kind, active and billed idle.",
-            [Query(f"sum by (namespace, zone) ({POD_POWER}{sel()})", "{{namespace}} {{zone}}")],
+            [
+                Query(
+                    f"sum by (namespace, zone) ({NODE_NAMESPACE_POWER}{sel()})",
+                    "{{namespace}} {{zone}}",
+                )
+            ],
             "watt",
         ),
         timeseries(
