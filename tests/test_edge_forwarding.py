@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
+from alerts.generate import RULES_FILE
 from tests.conftest import StartExporter
 from tests.edgeforwarder import (
     Forwarder,
@@ -32,6 +34,7 @@ from tests.edgeforwarder import (
 )
 from tests.fixturehost import FixtureHost
 from tests.running import _interval_count
+from tests.test_liveness import EDGE_GROUP, Catalogue, check_references
 
 log = logging.getLogger(__name__)
 
@@ -234,3 +237,50 @@ def test_an_outage_longer_than_five_truncation_periods_loses_the_backlog(
     assert len(lost & inside) >= len(inside) // 2, (
         f"only {sorted(lost & inside)} of the outage's intervals {sorted(inside)} were lost"
     )
+
+
+@pytest.mark.real
+def test_the_edge_alerts_read_series_the_forwarder_delivers(
+    host: FixtureHost, exporter: StartExporter, tmp_path: Path
+) -> None:
+    """Every edge alert parses at a receiver fed by the shipped forwarder, and every metric and
+    label it names is there (the forwarder's own series included): a renamed Prometheus metric
+    would leave an alert that can never fire."""
+    edge = [
+        r
+        for g in yaml.safe_load(RULES_FILE.read_text())["groups"]
+        if g["name"] == EDGE_GROUP
+        for r in g["rules"]
+    ]
+    assert edge, f"no rule group {EDGE_GROUP}"
+    agent = exporter(*host.args(), "--interval", AGENT_INTERVAL)
+    receiver = start_receiver(tmp_path / "receiver")
+    forwarder = start_forwarder(
+        shipped_forwarder(),
+        tmp_path / "forwarder",
+        agent_port=agent.port,
+        receiver_url=receiver.write_url,
+        node=NODE,
+    )
+    try:
+        wanted = {
+            "prometheus_agent_active_series",
+            "prometheus_remote_storage_highest_timestamp_in_seconds",
+            "prometheus_remote_storage_queue_highest_sent_timestamp_seconds",
+        }
+        wait_until(
+            lambda: _newest_at_receiver(receiver) >= 0 and wanted <= receiver.api.metric_names(),
+            60,
+            "the agent's and the forwarder's series at the receiver",
+        )
+        catalogue = Catalogue(receiver.api, receiver.api.metric_names())
+        failures = []
+        for rule in edge:
+            receiver.api.query(rule["expr"])  # raises on a PromQL error
+            verdict = check_references(rule["expr"], set(), catalogue)
+            if verdict.problems:
+                failures.append(f"{rule['alert']}: {verdict.problems}")
+        assert not failures, "\n".join(failures)
+    finally:
+        forwarder.stop()
+        receiver.stop()
