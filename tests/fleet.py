@@ -25,7 +25,6 @@ import json
 import re
 import statistics
 import struct
-import subprocess
 import sys
 import threading
 import time
@@ -42,7 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from alerts.generate import RULES_FILE
 from dashboards.generate import DASHBOARDS_DIR
 from tests.fixturehost import FixtureHost
-from tests.monitoringstack import Daemon, PrometheusAPI, PromQLError
+from tests.monitoringstack import Daemon, PrometheusAPI, PromQLError, spawn_daemon
 from tests.nvml.build import build_fake_nvml
 from tests.nvml.pods import H100_PODS, add_pods
 from tests.nvml.scenario import Scenario
@@ -376,20 +375,6 @@ def recorded(series: list[Series], rules_text: str) -> list[Series]:
 # -- the receiving Prometheus ----------------------------------------------------------------
 
 
-def _spawn(name: str, argv: list[str], port: int, log_path: Path) -> Daemon:
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
-    daemon = Daemon(name, proc, port, log_path)
-    try:
-        daemon.wait_ready()
-    except BaseException:
-        daemon.stop()
-        raise
-    return daemon
-
-
 def receiver_config(workdir: Path, rules: Path | None, evaluation_interval: str = "15s") -> Path:
     """Its config: no scrape job of its own, the rule file when given."""
     config = workdir / "prometheus.yml"
@@ -425,7 +410,7 @@ def start_receiver(binary: str, workdir: Path, rules: Path | None = None) -> Dae
         "--web.enable-lifecycle",
         "--log.level=warn",
     ]
-    return _spawn("prometheus", argv, port, workdir / "prometheus.log")
+    return spawn_daemon("prometheus", argv, port, workdir / "prometheus.log")
 
 
 def own_metrics(daemon: Daemon) -> dict[str, float]:
@@ -518,7 +503,7 @@ def start_forwarder(
         f"--web.listen-address=127.0.0.1:{port}",
         "--log.level=warn",
     ]
-    return _spawn("prometheus-agent", argv, port, workdir / "agent.log")
+    return spawn_daemon("prometheus-agent", argv, port, workdir / "agent.log")
 
 
 # -- a loaded fleet --------------------------------------------------------------------------

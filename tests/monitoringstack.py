@@ -63,7 +63,11 @@ class Daemon:
 
 
 def _start(name: str, argv: list[str], port: int, log_dir: Path) -> Daemon:
-    log_path = log_dir / f"{name}-{port}.log"
+    return spawn_daemon(name, argv, port, log_dir / f"{name}-{port}.log")
+
+
+def spawn_daemon(name: str, argv: list[str], port: int, log_path: Path) -> Daemon:
+    """Start argv with its output in log_path, and wait until it answers on port."""
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
