@@ -98,8 +98,8 @@ class CgroupCpuFiles:
         cgroup: the path is joined once). It raises OSError (gone, unreadable) or ValueError."""
         kind, path = where
         if kind == V2:
-            return partial(_usage, f"{self._v2}{path}/cpu.stat", parse_cpu_stat)
-        return partial(_usage, f"{self._v1}{path}/cpuacct.usage", parse_cpuacct_usage)
+            return partial(read_usage, f"{self._v2}{path}/cpu.stat", parse_cpu_stat)
+        return partial(read_usage, f"{self._v1}{path}/cpuacct.usage", parse_cpuacct_usage)
 
     def usage_ns(self, where: Location) -> int:
         """The cgroup's CPU time so far. Raises OSError (gone, unreadable) or ValueError."""
@@ -114,7 +114,9 @@ def v1_dir(cgroup_root: Path) -> str | None:
     return None
 
 
-def _usage(path: str, parse: Callable[[str], int]) -> int:
+def read_usage(path: str, parse: Callable[[str], int]) -> int:
+    """One cgroup CPU total file, bounded, parsed by parse (parse_cpu_stat or
+    parse_cpuacct_usage)."""
     fd = os.open(path, _FLAGS)
     try:
         data = os.read(fd, _MAX_BYTES)

@@ -55,6 +55,7 @@ from exporter.sources.procfs.cgroupcpu import (
     V2,
     parse_cpu_stat,
     parse_cpuacct_usage,
+    read_usage,
     v1_dir,
 )
 from exporter.sources.procfs.exited import settle
@@ -69,8 +70,6 @@ REST_KEY: TaskKey = (REST_PID, 0)
 LINGER_SCANS = 12  # a bucket without a cgroup is reported this many more intervals
 MAX_DEPTH = 32  # kubepods trees are 4-6 deep (kind nodes a few more)
 MAX_DIRS = 100_000  # a walk stops here rather than take unbounded time
-_FLAGS = os.O_RDONLY | os.O_CLOEXEC
-_MAX_BYTES = 4096
 _REBASE = -1  # a counter's usage_ns after a failed read: the next read is its baseline
 
 # /proc/stat busy without steal, in ticks: user, nice, system, (idle, iowait), irq, softirq
@@ -140,12 +139,7 @@ class Hierarchy:
         return out
 
     def usage_ns(self, path: str) -> int:
-        fd = os.open(f"{self.root}{path}/{self._file}", _FLAGS)
-        try:
-            data = os.read(fd, _MAX_BYTES)
-        finally:
-            os.close(fd)
-        return self._parse(data.decode("ascii", "replace"))
+        return read_usage(f"{self.root}{path}/{self._file}", self._parse)
 
 
 def hierarchies(cgroup_root: Path) -> tuple[Hierarchy | None, Hierarchy | None]:
