@@ -14,7 +14,9 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from exporter import __version__
+from exporter.accounting.attribution import ACTIVE
 from exporter.accounting.meter import REJECT_REASONS
+from exporter.accounting.pending import REASONS
 from exporter.gpu.collect import gpu_families
 from exporter.metrics import BY_NAME, PREFIX
 from exporter.snapshot import Energy, Snapshot
@@ -96,6 +98,7 @@ class SnapshotCollector(Collector):
             _add(node, {**labels, "mode": "active"}, z.active_j)
             _add(node, {**labels, "mode": "idle"}, z.idle_j)
         yield node
+        yield from _unattributed_metrics(snap)
         idle = _family("idle_power_watts")
         for d in snap.devices:
             labels = {"source": d.source, "zone": d.zone, "device": d.device}
@@ -198,3 +201,23 @@ _LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
 def pod_label_name(key: str) -> str:
     """A Kubernetes label key as a Prometheus label name, the way kube-state-metrics writes it."""
     return "label_" + _LABEL_CHARS.sub("_", key)
+
+
+def _unattributed_metrics(snap: Snapshot) -> Iterator[Metric]:
+    """Energy not on any workload. Every attributed zone kind has its series from the start
+    (at 0), so increase() sees the first joules and an alert can rely on the series."""
+    given_up = _family("node_unattributed_energy_joules")
+    counted = {(u.zone, u.gpu, u.mode, u.reason): u.joules for u in snap.unattributed}
+    for zone in snap.attributed_zones:
+        for reason in REASONS:
+            counted.setdefault((zone, "", ACTIVE, reason), 0.0)
+    for (zone, gpu, mode, reason), joules in sorted(counted.items()):
+        _add(given_up, {"zone": zone, "gpu": gpu, "mode": mode, "reason": reason}, joules)
+    yield given_up
+    pending = _family("node_pending_energy_joules")
+    held = {(e.zone, e.gpu, e.mode): e.joules for e in snap.pending}
+    for zone in snap.attributed_zones:
+        held.setdefault((zone, "", ACTIVE), 0.0)
+    for (zone, gpu, mode), joules in sorted(held.items()):
+        _add(pending, {"zone": zone, "gpu": gpu, "mode": mode}, joules)
+    yield pending

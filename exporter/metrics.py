@@ -100,6 +100,24 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("zone", "device", "source", "mode"),
     ),
     MetricSpec(
+        "node_unattributed_energy_joules",
+        "counter",
+        "Energy of an attributed zone kind given up because no activity reading covered it: held "
+        'for 3 intervals without one, then counted here; reason="late" (the activity read did '
+        'not return in time) or "failed". Per zone kind, node active = workloads\' active + this '
+        "+ wattprobe_node_pending_energy_joules (docs/attribution.md).",
+        ("zone", "mode", "reason"),
+        ("gpu",),
+    ),
+    MetricSpec(
+        "node_pending_energy_joules",
+        "gauge",
+        "Energy of an attributed zone kind held now for the activity reading that covers it "
+        "(after a late or failed read); handed to workloads when that reading comes.",
+        ("zone", "mode"),
+        ("gpu",),
+    ),
+    MetricSpec(
         "container_energy_joules",
         "counter",
         "Energy attributed to a container, per zone kind and mode. Pseudo-containers "

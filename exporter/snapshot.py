@@ -24,6 +24,18 @@ class Energy:
 
 
 @dataclass(frozen=True, slots=True)
+class UnattributedEnergy:
+    """Cumulative joules of a zone kind given up for want of an activity reading
+    (exporter/accounting/pending.py), per reason."""
+
+    zone: str
+    gpu: str
+    mode: str
+    reason: str
+    joules: float
+
+
+@dataclass(frozen=True, slots=True)
 class NodeZoneEnergy:
     zone: str
     device: str
@@ -121,6 +133,10 @@ class Snapshot:
     pod_info: tuple[PodInfo, ...] = ()  # only with --kube.pod-labels
     gpu_allocations: tuple[GpuAllocation, ...] = ()  # from the kubelet's PodResources API
     devices: tuple[DeviceHealth, ...] = ()  # every device a meter has seen, GPUs included
+    # Attributed zones' energy not (yet) on any workload: given up, and held now
+    # (node active == workloads' active + unattributed + pending, per zone kind).
+    unattributed: tuple[UnattributedEnergy, ...] = ()
+    pending: tuple[Energy, ...] = ()
 
 
 EMPTY_SNAPSHOT = Snapshot(

@@ -21,6 +21,9 @@ K = TypeVar("K", bound=Hashable)
 # attributed ran goes to the system_processes pseudo-container through this pseudo task.
 UNATTRIBUTED_TASK: TaskKey = (0, 0)
 
+# How many parts may take the remainder in turn (each try costs a sum over all parts).
+_REMAINDER_TRIES = 8
+
 ACTIVE = "active"
 IDLE = "idle"
 
@@ -28,17 +31,23 @@ IDLE = "idle"
 def shares(total: float, weights: Mapping[K, float]) -> dict[K, float]:
     """Split total in proportion to the positive weights; {} when there is nothing to split.
 
-    The rounding residue goes to the largest part, so math.fsum of the parts equals total.
+    The rounding residue goes to one part (the largest where it can), so math.fsum of the
+    parts equals total exactly.
     """
     positive = {k: w for k, w in weights.items() if w > 0}
     weight_sum = math.fsum(positive.values())
     if total == 0 or weight_sum <= 0:
         return {}
     parts = {k: total * w / weight_sum for k, w in positive.items()}
-    residue = total - math.fsum(parts.values())
-    if residue:
-        largest = max(parts, key=parts.__getitem__)
-        parts[largest] += residue
+    # One part takes the exact remainder, total - fsum(the others), so that fsum(parts) == total.
+    # The largest first; where that remainder cannot be rounded to such a value (a tie: the sum
+    # of the others has a finer last bit than total), the next largest, and so on.
+    for k in sorted(parts, key=parts.__getitem__, reverse=True)[:_REMAINDER_TRIES]:
+        if math.fsum(parts.values()) == total:
+            break
+        rest = math.fsum([total, *(-v for j, v in parts.items() if j != k)])
+        if rest >= 0:
+            parts[k] = rest
     return parts
 
 

@@ -26,6 +26,7 @@ from exporter.accounting.deadline import (
 from exporter.accounting.idle import IdleBaseline
 from exporter.accounting.ledger import CounterTable
 from exporter.accounting.meter import DeviceSample, ZoneMeter
+from exporter.accounting.pending import FAILED, HOLD_INTERVALS, LATE, PendingEnergy
 from exporter.accounting.workloads import WorkloadLedger, energy_items
 from exporter.accounting.zones import workload_zones
 from exporter.cgroupfs.classify import classify_task
@@ -52,6 +53,7 @@ from exporter.snapshot import (
     NodeZoneEnergy,
     PodInfo,
     Snapshot,
+    UnattributedEnergy,
 )
 from exporter.sources.estimate import ESTIMATED, CpuPowerModel
 
@@ -100,6 +102,8 @@ class MonitorSettings:
     # Each source read runs on its own thread and is waited for this long
     # (exporter/accounting/deadline.py); None: read inline on the stepping thread, no deadline.
     read_timeout_s: float | None = None
+    # Intervals without an activity reading whose energy waits for it (accounting/pending.py).
+    hold_intervals: int = HOLD_INTERVALS
 
 
 @dataclass
@@ -157,6 +161,7 @@ class Monitor:
 
         self._node = CounterTable[ZoneId, str]()
         self._workloads = WorkloadLedger(with_processes=settings.with_processes)
+        self._pending = PendingEnergy(settings.hold_intervals)
         # GPUs: read like a power source, accounted per device (exporter/gpu/accounting.py)
         self._gpus = gpus
         # other vendors' backends (DRM beside NVML): merged into one reading (exporter/gpu/merge.py)
@@ -227,6 +232,8 @@ class Monitor:
 
         attributed = self._workload_zones(zone_energy)
         zones = self._attributable(zone_energy, attributed, cpu_deltas)
+        # energy without its activity reading waits for it (not on the first, baseline interval)
+        zones = self._settle(zones, got["tasks"], tasks is not None or prev is None, cpu_deltas)
         gpu = self._gpu.interval(
             gpu_reading,
             gpu_stamp,
@@ -387,7 +394,7 @@ class Monitor:
         attributed: Sequence[str],
         cpu_deltas: Mapping[TaskKey, float],
     ) -> list[ZoneEnergy]:
-        idle_weights = cpu_deltas if self.settings.idle_policy is IdleAttribution.ACTIVITY else None
+        idle_weights = self._idle_weights(cpu_deltas)
         per_kind: dict[str, list[float]] = {}
         for (zone, _device, _source), (active, idle) in zone_energy.items():
             if zone in attributed:
@@ -398,6 +405,22 @@ class Monitor:
             ZoneEnergy(zone, "", active, idle, cpu_deltas, idle_weights)
             for zone, (active, idle) in sorted(per_kind.items())
         ]
+
+    def _settle(
+        self,
+        zones: Sequence[ZoneEnergy],
+        read: Outcome[object],
+        have_tasks: bool,
+        cpu_deltas: Mapping[TaskKey, float],
+    ) -> list[ZoneEnergy]:
+        """The zones to split now: with held energy released, or held (accounting/pending.py)."""
+        gap = "" if have_tasks else LATE if read.missed else FAILED
+        return self._pending.settle(
+            zones, gap=gap, weights=cpu_deltas, idle_weights=self._idle_weights(cpu_deltas)
+        )
+
+    def _idle_weights(self, cpu_deltas: Mapping[TaskKey, float]) -> Mapping[TaskKey, float] | None:
+        return cpu_deltas if self.settings.idle_policy is IdleAttribution.ACTIVITY else None
 
     # -- snapshot -------------------------------------------------------------------------
 
@@ -426,6 +449,11 @@ class Monitor:
             pods=self._workloads.pods(self._names.pod),
             processes=self._workloads.processes(self._names.container),
             retired_containers=energy_items(self._workloads.retired_containers),
+            unattributed=tuple(
+                UnattributedEnergy(z, g, m, reason, j)
+                for ((z, g, m), reason), j in sorted(self._pending.unattributed().items())
+            ),
+            pending=energy_items(self._pending.pending()),
             sources=tuple(statuses),
             attributed_zones=attributed,
             gpus=self._gpu.counters(),
