@@ -55,6 +55,7 @@ class CgroupNode:
         self.procs: dict[int, Proc] = {}
         self.truth: dict[ContainerRef, int] = {}  # ticks charged per bucket
         self.busy = 0
+        self.irq = 0  # ticks of busy spent in interrupts (kernel work outside any task)
         self.next_pid = 100
         self.uptime = 1000
         self._pods = 0
@@ -121,6 +122,12 @@ class CgroupNode:
             self.usage[path] += ticks
             path = path.rsplit("/", 1)[0]
 
+    def interrupts(self, ticks: int) -> None:
+        """Time in irq/softirq context: node busy, no task's and no cgroup's; kernel work."""
+        self.busy += ticks
+        self.irq += ticks
+        self.truth[KERNEL] = self.truth.get(KERNEL, 0) + ticks
+
     def exit(self, p: Proc) -> None:
         del self.procs[p.pid]
         shutil.rmtree(self.procfs / str(p.pid))
@@ -144,11 +151,20 @@ class CgroupNode:
             flags = KTHREAD if p.kernel else USER
             text = stat_line(p.pid, f"p{p.pid}", p.ticks, 0, start=p.start, flags=flags)
             write_atomic(self.procfs / str(p.pid) / "stat", text)
+        procs: dict[str, list[int]] = {path: [] for path in ("/", *self.usage)}
+        for p in self.procs.values():
+            procs.setdefault(p.cgroup or "/", []).append(p.pid)
         for path, ticks in self.usage.items():
             write_atomic(self.v2 / path.lstrip("/") / "cpu.stat", cpu_stat(ticks))
+        for path, pids in procs.items():
+            if path == "/" or path in self.usage:
+                text = "".join(f"{pid}\n" for pid in sorted(pids))
+                write_atomic(self.v2 / path.lstrip("/") / "cgroup.procs", text)
+        user = self.busy - self.irq
         write_atomic(
             self.procfs / "stat",
-            f"cpu  {self.busy} 0 0 {10**7} 0 0 0 0 0 0\ncpu0 {self.busy} 0 0 {10**7} 0 0 0 0 0 0\n",
+            f"cpu  {user} 0 0 {10**7} 0 {self.irq} 0 0 0 0\n"
+            f"cpu0 {user} 0 0 {10**7} 0 {self.irq} 0 0 0 0\n",
         )
 
     def truth_s(self) -> dict[ContainerRef, float]:

@@ -67,6 +67,8 @@ REST_PID = -3  # key (REST_PID, 0): the node's busy time outside every cgroup be
 CGROUP_COMM = "[cgroup]"
 REST_COMM = "[kernel]"
 REST_KEY: TaskKey = (REST_PID, 0)
+HOST_COMM = "[host]"
+HOST_KEY: TaskKey = (REST_PID, 1)  # the rest's userland part (system_processes), see hostwork.py
 LINGER_SCANS = 12  # a bucket without a cgroup is reported this many more intervals
 MAX_DEPTH = 32  # kubepods trees are 4-6 deep (kind nodes a few more)
 MAX_DIRS = 100_000  # a walk stops here rather than take unbounded time
@@ -185,6 +187,7 @@ class CgroupTree:
         *,
         clock: Callable[[], float] = time.monotonic,
         ncpu: int | None = None,
+        kernel_ns: Callable[[str], int] | None = None,
     ) -> None:
         self._primary = primary
         self._secondary = secondary
@@ -195,6 +198,13 @@ class CgroupTree:
         self._rest: _Counter | None = None
         self._rest_total = 0.0
         self._rest_sample: TaskSample | None = None
+        # The rest split into kernel work and host userland (hostwork.py); None: all kernel.
+        self._kernel_ns = kernel_ns
+        self._kernel_last: int | None = None
+        self._kernel_owed = 0.0
+        self._host_total = 0.0
+        self._host_sample: TaskSample | None = None
+        self._children: dict[tuple[str, str], frozenset[str]] = {}  # tracked children per cgroup
         self._buckets: dict[ContainerRef, _Bucket] = {}
         self._next_seq = 1
         self._scans = 0
@@ -202,14 +212,22 @@ class CgroupTree:
         self.reads = 0  # cgroup files read (benchmarks, tests)
 
     @classmethod
-    def at(cls, cgroup_root: Path, busy_ns: Callable[[], int]) -> CgroupTree | None:
+    def at(
+        cls,
+        cgroup_root: Path,
+        busy_ns: Callable[[], int],
+        kernel_ns: Callable[[str], int] | None = None,
+    ) -> CgroupTree | None:
         primary, secondary = hierarchies(cgroup_root)
-        return None if primary is None else cls(primary, secondary, busy_ns)
+        if primary is None:
+            return None
+        return cls(primary, secondary, busy_ns, kernel_ns=kernel_ns)
 
     def update(self) -> list[TaskSample]:
         """Raises OSError or ValueError when /proc/stat or the cgroup root cannot be read
         (nothing changes then)."""
         busy = self._busy_ns()
+        kernel = self._kernel_work()
         now = self._clock()
         self._scans += 1
         elapsed = None if self._last_time is None else now - self._last_time
@@ -222,7 +240,8 @@ class CgroupTree:
         if self._secondary is not None:
             below_root += self._secondary_part(limit_ns, seen)
         self._counters = seen  # cgroups that are gone are forgotten
-        self._account_rest(busy, below_root)
+        self._children = {k: v for k, v in self._children.items() if k in seen}
+        self._account_rest(busy, below_root, kernel)
         return self._report()
 
     # -- the walk's cgroups ------------------------------------------------------------------
@@ -282,14 +301,22 @@ class CgroupTree:
         nodes with no tracked ancestor (what the rest is not)."""
         own = [d or 0 for d in deltas]
         top = 0
+        children: dict[int, set[str]] = {}
+        unsure: set[int] = set()
         for i, node in enumerate(nodes):
+            if keep[i] and node.parent >= 0:
+                children.setdefault(node.parent, set()).add(node.path)
             d = deltas[i]
+            if d is None and keep[i] and node.parent >= 0:
+                unsure.add(node.parent)  # its growth is the parent's this interval
             if d is None or not keep[i]:
                 continue
             if node.parent >= 0:
                 own[node.parent] -= d
             else:
                 top += d
+        self._quiet_pods(hierarchy, nodes, [k and i not in unsure for i, k in enumerate(keep)],
+                         children, own)  # fmt: skip
         scan = self._scans
         kind = hierarchy.kind
         for i, node in enumerate(nodes):
@@ -305,6 +332,45 @@ class CgroupTree:
             if c.level > level:
                 bucket.total += c.level - level
         return top
+
+    def _quiet_pods(
+        self,
+        hierarchy: Hierarchy,
+        nodes: list[_Node],
+        check: list[bool],
+        children: dict[int, set[str]],
+        own: list[int],
+    ) -> None:
+        """A pod cgroup's own growth is what ran in it outside its containers: processes placed
+        in it, or the last work of a container whose cgroup was removed (the kernel folds that
+        into the parent), or a container's growth this walk could not read or take as new.
+        With none of them, what is left is read skew (its containers were read a moment before
+        it; their next reads have that time), so it gets nothing. check: the pods to look at."""
+        kind = hierarchy.kind
+        for i, node in enumerate(nodes):
+            if not node.ref.pod_uid or node.ref.container_id:
+                continue
+            now = frozenset(children.get(i, ()))
+            before = self._children.get((kind, node.path))
+            self._children[(kind, node.path)] = now
+            if not check[i] or own[i] == 0 or before is None or before - now:
+                continue  # nothing to check, first seen, or a container went
+            try:
+                with open(f"{hierarchy.root}{node.path}/cgroup.procs") as f:
+                    has_procs = bool(f.read(64).strip())
+            except OSError:
+                continue
+            if not has_procs:
+                own[i] = 0
+
+    def _kernel_work(self) -> int | None:
+        if self._kernel_ns is None:
+            return None
+        try:
+            return self._kernel_ns(self._primary.root)
+        except (OSError, ValueError) as exc:
+            log.debug("kernel CPU time: %s", short_error(exc))
+            return None
 
     def _secondary_part(self, limit_ns: float | None, seen: dict[tuple[str, str], _Counter]) -> int:
         """A hybrid host's v1 containers that v2 does not show (see the module docstring)."""
@@ -330,8 +396,9 @@ class CgroupTree:
 
     # -- the rest ----------------------------------------------------------------------------
 
-    def _account_rest(self, busy_ns: int, below_root: int) -> None:
+    def _account_rest(self, busy_ns: int, below_root: int, kernel_ns: int | None) -> None:
         rest = self._rest
+        last_kernel, self._kernel_last = self._kernel_last, kernel_ns
         if rest is None:
             self._rest = _Counter(busy_ns)
             return
@@ -339,7 +406,18 @@ class CgroupTree:
         rest.usage_ns = busy_ns
         level = rest.level
         rest.raw, rest.level = settle(rest.raw, level, max(grown, 0) / 1e9, below_root / 1e9)
-        self._rest_total += rest.level - level
+        added = rest.level - level
+        if kernel_ns is None or last_kernel is None:
+            self._rest_total += added  # no kernel reading: all of it is kernel work, as before
+            return
+        # The kernel's part of the rest, the remainder host userland (hostwork.py). Kernel time
+        # the rest has not grown by yet (read skew) waits one interval, no longer.
+        kernel = max(kernel_ns - last_kernel, 0) / 1e9
+        wanted = kernel + self._kernel_owed
+        part = min(wanted, added)
+        self._kernel_owed = min(wanted - part, kernel)
+        self._rest_total += part
+        self._host_total += added - part
 
     # -- samples -----------------------------------------------------------------------------
 
@@ -383,6 +461,18 @@ class CgroupTree:
                 cpu_seconds=self._rest_total,
             )
         out.append(rest)
+        if self._kernel_ns is not None:
+            host = self._host_sample
+            if host is None or host.cpu_seconds != self._host_total:
+                host = self._host_sample = TaskSample(
+                    key=HOST_KEY,
+                    pid=0,
+                    comm=HOST_COMM,
+                    cgroup="/",
+                    kernel_thread=False,
+                    cpu_seconds=self._host_total,
+                )
+            out.append(host)
         return out
 
 

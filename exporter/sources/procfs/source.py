@@ -19,6 +19,7 @@ from exporter.sources.files import short_error as _short
 from exporter.sources.procfs.cgroupcpu import CgroupCpuFiles
 from exporter.sources.procfs.cgrouptree import CgroupTree, busy_ns_from
 from exporter.sources.procfs.exited import ExitedCpu
+from exporter.sources.procfs.hostwork import KernelWork
 from exporter.sources.procfs.pidowner import PidOwners
 from exporter.sources.procfs.scan import RECHECK_EVERY, ProcScanner
 from exporter.sourcespec import ACTIVITY, MOUNT_PROCFS, CheckResult, Finding, SourceSpec
@@ -129,7 +130,8 @@ class ProcfsSource:
         self._root = str(procfs)
         self._tree: CgroupTree | None = None
         if not per_process and cgroupfs is not None:
-            self._tree = CgroupTree.at(cgroupfs, self._busy_ns)
+            kernel = KernelWork(self._root, parse_stat, PF_KTHREAD, CLOCK_TICKS)
+            self._tree = CgroupTree.at(cgroupfs, self._busy_ns, kernel.total_ns)
         self._scanner = ProcScanner(
             self._root,
             parse_stat=parse_stat,
