@@ -26,7 +26,8 @@ TEXT_ITEMS = 8
 MARKS = {OK: "OK", FAIL: "FAIL", ABSENT_STATUS: "n/a", DISABLED: "off"}
 
 
-def report(results: Sequence[CheckResult]) -> dict[str, object]:
+def report(results: Sequence[CheckResult], warnings: Sequence[str] = ()) -> dict[str, object]:
+    """warnings: about the configuration (exporter/check/warnings.py); no effect on the exit."""
     status = exit_status(results)
     return {
         "schema_version": SCHEMA_VERSION,
@@ -36,6 +37,7 @@ def report(results: Sequence[CheckResult]) -> dict[str, object]:
         "activity": [r.source for r in results if r.kind == ACTIVITY and r.ok],
         "activity_source": activity_in_use(results),
         "sources": [r.as_dict() for r in results],
+        "warnings": list(warnings),
     }
 
 
@@ -48,7 +50,7 @@ def activity_in_use(results: Sequence[CheckResult]) -> str | None:
     return "ebpf" if "ebpf" in working else working[0]
 
 
-def text_lines(results: Sequence[CheckResult]) -> list[str]:
+def text_lines(results: Sequence[CheckResult], warnings: Sequence[str] = ()) -> list[str]:
     """One line per source, then what it found, or why not and the fix; a verdict at the end."""
     lines: list[str] = []
     # the widest source name (podresources) sets the column, so every row lines up
@@ -72,6 +74,7 @@ def text_lines(results: Sequence[CheckResult]) -> list[str]:
             label = "hint" if r.absent or r.disabled else "fix"
             lines.append(f"{pad}{label}: {r.fix}")
     lines.append("")
+    lines.extend(f"warning: {w}" for w in warnings)
     lines.append(verdict(results))
     return lines
 

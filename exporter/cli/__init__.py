@@ -21,6 +21,7 @@ from exporter import __version__
 from exporter.agent import Agent
 from exporter.check import exit_status, run_checks
 from exporter.check.report import report, text_lines
+from exporter.check.warnings import config_warnings
 from exporter.cli import logformat
 from exporter.cli.kube import kube_options
 from exporter.config import (
@@ -486,10 +487,11 @@ def check(as_json: bool, **kw: Any) -> None:
     _setup_logging("error" if config.log_level == "info" else config.log_level, config.log_format)
     results = run_checks(config)
     status = exit_status(results)
+    warnings = config_warnings(config)
     if as_json:
-        click.echo(json.dumps(report(results), indent=2))
+        click.echo(json.dumps(report(results, warnings), indent=2))
     else:
-        for line in text_lines(results):
+        for line in text_lines(results, warnings):
             click.echo(line)
     sys.exit(status)
 

@@ -377,3 +377,17 @@ def test_kubelet_unreachable(host: FixtureHost) -> None:
     assert kubelet["fix"]
     assert result.code == 0  # names are useful, not required to measure
     assert "FAIL kubelet" in result.text
+
+
+def test_collector_process_is_flagged_not_for_billing(host: FixtureHost) -> None:
+    """A warning, not a failure: per-process series work, but their split is not billing-grade
+    (measured against cpu.stat in docs/attribution.md)."""
+    plain = check(*host.args(), env=NO_NVML)
+    assert plain.report["warnings"] == []
+    assert "warning:" not in plain.text
+    result = check(*host.args(), "--collector.process", env=NO_NVML)
+    assert result.code == 0
+    [warning] = result.report["warnings"]
+    assert warning.startswith("--collector.process: per-process attribution is not for billing")
+    assert f"warning: {warning}" in result.text.splitlines()
+    assert result.text.splitlines()[-1].startswith("ready:")
