@@ -13,10 +13,12 @@ from tests.running import ExporterProcess, start_exporter
 FIXTURES = Path(__file__).parent / "fixtures"
 
 # CI replays the same examples on every run, so a landing never depends on luck; locally every
-# run explores new ones (and keeps failures in .hypothesis/ to replay them).
-settings.register_profile("ci", derandomize=True, print_blob=True)
-if os.environ.get("CI") == "true":
-    settings.load_profile("ci")
+# run explores new ones (and keeps failures in .hypothesis/ to replay them: a case found that way
+# becomes an explicit @example). No deadline in either: the machines are shared (2 cores, many
+# jobs), and a slow example is not a wrong one (speed is measured by `make bench`).
+settings.register_profile("ci", derandomize=True, print_blob=True, deadline=None)
+settings.register_profile("local", deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") == "true" else "local")
 
 StartExporter = Callable[..., ExporterProcess]
 

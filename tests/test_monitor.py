@@ -50,6 +50,7 @@ class FakeHost:
         default_factory=lambda: {"intel-rapl:0": 10**9, "intel-rapl:0:0": 10**9}
     )
     failing: str | None = None
+    tasks_failing: bool = False  # the activity read gives nothing (late or failed)
     name: str = "procfs"
 
     def cpu_times(self) -> CpuTimes:
@@ -62,6 +63,8 @@ class FakeHost:
         return [EnergyReading(zones[d], d, "rapl", uj, MAX_RANGE) for d, uj in self.energy.items()]
 
     def read_tasks(self) -> list[TaskSample]:
+        if self.tasks_failing:
+            raise SourceError("timeout", "injected")
         return list(self.tasks.values())
 
 
@@ -124,6 +127,7 @@ class Step:
     dram_j: float
     reset: str | None  # which zone's counter restarts low (a driver reload)
     fail: bool  # the RAPL source fails this interval
+    no_activity: bool  # the activity read gives nothing this interval (its energy waits)
     spawn: list[tuple[int, bool]]  # (cgroup index, kernel thread)
     exit: list[int]  # indexes into the sorted live pids
     reuse: list[int]  # a live pid taken over by a new process
@@ -137,6 +141,7 @@ steps_strategy = st.builds(
     dram_j=st.floats(0.0, 500.0),
     reset=st.sampled_from([None, None, None, None, "package", "dram"]),
     fail=st.sampled_from([False, False, False, True]),
+    no_activity=st.sampled_from([False, False, False, True]),
     spawn=st.lists(st.tuples(st.integers(0, len(CGROUPS) - 1), st.booleans()), max_size=3),
     exit=st.lists(st.integers(0, 20), max_size=2),
     reuse=st.lists(st.integers(0, 20), max_size=1),
@@ -173,6 +178,7 @@ def apply_step(host: FakeHost, clock: Clock, step: Step, index: int, next_pid: i
         else:
             host.energy[device] = (host.energy[device] + round(joules * 1e6)) % MAX_RANGE
     host.failing = "permission denied" if step.fail else None
+    host.tasks_failing = step.no_activity
     return next_pid
 
 
@@ -436,3 +442,34 @@ def test_idle_then_busy_learns_the_idle_draw() -> None:
     active, idle = package(snap)
     assert idle - before_idle == pytest.approx(40.0 * 5 * 10, rel=1e-3)
     assert active - before_active == pytest.approx(140.0 * 5 * 10, rel=1e-3)
+
+
+def test_a_process_moved_mid_slice_is_credited_once() -> None:
+    """A process runs 3 s in one container, is moved to another (no exec: the same task) and
+    runs 2 s there before the read. Per process, the read sees one delta of 5 s in the new
+    container: it is credited once, there, with all the energy it paid for; crediting both
+    containers (the old cgroup from the last reading, the new one from this) would hand out
+    more CPU time and energy than the node had. (Per cgroup the kernel splits it 3/2 exactly:
+    tests/test_cgrouptree.py.)"""
+    host = FakeHost()
+    clock = Clock()
+    host.tasks = {1: task(1, 1, CGROUPS[2], 10.0)}
+    monitor = make_monitor(host, clock, idle_w=0.0)
+    monitor.step()
+    clock.now += 5.0
+    host.tasks = {1: task(1, 1, CGROUPS[3], 15.0)}
+    host.busy += 5.0
+    host.energy["intel-rapl:0"] += 300_000_000
+    snap = monitor.step()
+    check_snapshot(snap)
+    cpu = {c.container_id: c.cpu_seconds for c in snap.containers}
+    assert math.fsum(cpu.values()) == 5.0
+    assert cpu["b" * 64] == 5.0
+    energy = {
+        c.container_id: e.joules
+        for c in snap.containers
+        for e in c.energy
+        if e.zone == "package" and e.mode == "active"
+    }
+    node = next(z.active_j for z in snap.node_energy if z.zone == "package")
+    assert energy == {"b" * 64: node}
