@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from tests import running
 from tests.fixturehost import FixtureHost
 from tests.running import ExporterProcess, start_exporter
 
@@ -21,6 +22,19 @@ settings.register_profile("local", deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") == "true" else "local")
 
 StartExporter = Callable[..., ExporterProcess]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _container_series(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Exporters started by a module marked container_series serve per-container series
+    (--collector.container); every other module's run serve's defaults (tests/running.py).
+    Module scope, so that module-scoped exporters get it too."""
+    if request.node.get_closest_marker("container_series") is None:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(running, "TEST_ARGS", running.CONTAINER_SERIES)
+        yield
 
 
 @pytest.fixture

@@ -142,8 +142,18 @@ def check_exposition(samples: Samples, ended: Samples | None = None) -> None:
     pod's counters keep it (counters never go back). So, in one scrape, the sums hold exactly
     only with `ended` (the final values of the workload series gone since the start, see
     ended_series); without it they hold until the first container expires.
+
+    With serve's defaults (no --collector.container) pods' containers have no series: then the
+    pseudo-containers plus the pods add up to the node, and there is nothing to check per pod.
     """
     ended = ended or {}
+    if not any(
+        name == "wattprobe_container_energy_joules_total" and dict(labels).get("pod_uid")
+        for source in (samples, ended)
+        for name, labels in source
+    ):
+        _check_pods_and_pseudo(samples, ended)
+        return
     node: dict[str, float] = defaultdict(float)
     for (name, labels), value in samples.items():
         lbl = dict(labels)
@@ -187,3 +197,30 @@ def check_exposition(samples: Samples, ended: Samples | None = None) -> None:
     assert set(pods) == {k for k in pods_from_containers if k[0] in live_pods}, (
         "pods without containers or the reverse"
     )
+
+
+def _check_pods_and_pseudo(samples: Samples, ended: Samples) -> None:
+    """Serve's defaults: per zone, node active == pseudo-containers + pods (live and ended) +
+    what no workload holds (unattributed, pending)."""
+    node: dict[str, float] = defaultdict(float)
+    parts: dict[str, list[float]] = defaultdict(list)
+    for source in (samples, ended):
+        for (name, labels), value in source.items():
+            lbl = dict(labels)
+            if lbl.get("mode") != "active" or lbl.get("gpu"):
+                continue
+            on_node = name == "wattprobe_node_energy_joules_total" or name in NOT_ON_WORKLOADS
+            if on_node and source is not samples:
+                continue
+            if name == "wattprobe_node_energy_joules_total":
+                node[lbl["zone"]] += value
+            elif name in NOT_ON_WORKLOADS or name in (
+                "wattprobe_container_energy_joules_total",
+                "wattprobe_pod_energy_joules_total",
+            ):
+                parts[lbl["zone"]].append(value)
+    for zone, values in parts.items():
+        total = math.fsum(values)
+        assert math.isclose(total, node[zone], rel_tol=1e-9), (
+            f"zone {zone}: pods and pseudo-containers {total} != node {node[zone]}"
+        )

@@ -125,9 +125,11 @@ def _interval_count(body: str) -> float:
     return -1.0
 
 
-# Most tests check per-container attribution, which serve keeps behind --collector.container
-# since issue 22 (a pod's own series are the default); a test's args may still switch it off.
-TEST_ARGS = ("--collector.container",)
+# Test exporters run serve's defaults. A test module about per-container series (behind
+# --collector.container since issue 22) says so: pytestmark = pytest.mark.container_series, and
+# tests/conftest.py sets TEST_ARGS to CONTAINER_SERIES for it.
+CONTAINER_SERIES = ("--collector.container",)
+TEST_ARGS: tuple[str, ...] = ()
 
 
 def start_exporter(
@@ -141,12 +143,13 @@ def start_exporter(
     auth: tuple[str, str] | None = None,
     prefix: Sequence[str] = (),
     port: int | None = None,
-    test_args: Sequence[str] = TEST_ARGS,
+    test_args: Sequence[str] | None = None,
 ) -> ExporterProcess:
     """prefix: argv the exporter runs under (e.g. setpriv or capsh dropping privileges);
     port: where it listens (default: a free one), e.g. the port of an exporter it replaces;
-    test_args: flags every test exporter gets before `args` (TEST_ARGS; () for serve's
-    defaults, as the series-per-pod test and the benchmarks need)."""
+    test_args: flags every test exporter gets before `args` (None: TEST_ARGS, the module's
+    choice; () for serve's defaults whatever the module, as the benchmarks need)."""
+    test_args = TEST_ARGS if test_args is None else test_args
     port = port or free_port()
     log_path = log_dir / f"exporter-{port}.log"
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}

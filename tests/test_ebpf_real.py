@@ -25,7 +25,7 @@ from tests.kubecgroups import KubeContainer, kube_container, v2_root
 from tests.realparts import require_binary, require_root
 from tests.running import ExporterProcess, Samples, parse_samples, select, start_exporter
 
-pytestmark = pytest.mark.real
+pytestmark = [pytest.mark.real, pytest.mark.container_series]
 
 INTERVAL = "1s"
 CPU = "wattprobe_container_cpu_seconds_total"

@@ -14,11 +14,15 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 
+import pytest
+
 from tests.conftest import StartExporter
 from tests.fixturehost import FixtureHost
 from tests.invariants import check_exposition, ended_series
 from tests.kubeenv import POD_PIDS, ticking
 from tests.running import ExporterProcess, Samples
+
+pytestmark = pytest.mark.container_series  # its exporters serve them
 
 POD_UID = "77777777-0000-4000-8000-000000000077"
 STAYS, ENDS = "e1" * 32, "e2" * 32

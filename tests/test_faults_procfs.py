@@ -18,6 +18,8 @@ from tests.faults_support import CounterWatch
 from tests.fixturehost import FixtureHost, stat_line, write_atomic
 from tests.running import ExporterProcess, Samples, select, start_exporter
 
+pytestmark = pytest.mark.container_series  # its exporters serve them
+
 POD_A = "aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 POD_B = "bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
 CID_A = "a7" * 32

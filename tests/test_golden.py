@@ -18,6 +18,8 @@ from tests.kubeenv import KubeNode, fixture_pods, kube_node, wait_samples
 from tests.realparts import require_binary
 from tests.running import ExporterProcess, parse_samples, select
 
+pytestmark = pytest.mark.container_series  # its exporters serve them
+
 GOLDEN = FIXTURES / "golden" / "fixture-host.prom"
 
 # series whose values depend on wall-clock time or on this machine, not on the fixture counters

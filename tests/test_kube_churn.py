@@ -26,6 +26,8 @@ from tests.kubeenv import (
 from tests.kubefakes import Ctr, pod_object
 from tests.running import ExporterProcess, Samples
 
+pytestmark = pytest.mark.container_series  # its exporters serve them
+
 TOTAL = 10_000
 BATCH = 250
 WARM_AFTER = 1_000  # pods churned before the reference RSS is taken

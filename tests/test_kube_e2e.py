@@ -25,6 +25,8 @@ from tests.kubeenv import (
 )
 from tests.running import Samples
 
+pytestmark = pytest.mark.container_series  # its exporters serve them
+
 FAST = ["--interval", "0.2s", "--kube.poll-interval", "0.5s"]
 
 # container id -> (namespace, pod, container) as the fixture /proc tree and pod payload say

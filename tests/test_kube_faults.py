@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import StartExporter
 from tests.fixturehost import FixtureHost
 from tests.kubeenv import (
@@ -21,6 +23,8 @@ from tests.kubeenv import (
     wait_samples,
 )
 from tests.running import ExporterProcess, Samples
+
+pytestmark = pytest.mark.container_series  # its exporters serve them
 
 FAST = ["--interval", "0.2s", "--kube.poll-interval", "0.3s", "--kube.timeout", "1s"]
 NGINX = "a1" * 32

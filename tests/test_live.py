@@ -13,6 +13,8 @@ from tests.invariants import check_exposition
 from tests.kubecgroups import kube_container
 from tests.running import select
 
+pytestmark = pytest.mark.container_series  # its exporters serve them
+
 
 def test_serve_with_no_flags_estimates_power_and_splits_it(exporter: StartExporter) -> None:
     with kube_container() as container:

@@ -25,7 +25,7 @@ from exporter.wiring import build_monitor
 from tests.kubecgroups import KubeContainer, kube_container
 from tests.running import parse_samples, select, start_exporter
 
-pytestmark = pytest.mark.real
+pytestmark = [pytest.mark.real, pytest.mark.container_series]
 
 RUN_S = 6.0
 # A shell that forks a short shell after another, each counting to 3000 and exiting: nearly

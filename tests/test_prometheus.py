@@ -13,6 +13,8 @@ from tests.conftest import StartExporter
 from tests.fixturehost import FixtureHost
 from tests.promserver import Prometheus, start_prometheus
 
+pytestmark = pytest.mark.container_series  # its exporters serve them
+
 PACKAGE_W = 100.0
 DRAM_W = 10.0
 

@@ -29,6 +29,8 @@ from tests.nvml.scenario import Scenario
 from tests.nvml.test_kube_requests import gpu_pod
 from tests.running import ExporterProcess, Samples, parse_samples, select
 
+pytestmark = pytest.mark.container_series  # its exporters serve them
+
 INTERVAL = "0.4s"
 INTERVALS = 12
 BUSY, SLICED, UNHELD = 1, 0, 6

@@ -32,6 +32,8 @@ from tests.nvml.pods import (
 from tests.nvml.scenario import Scenario
 from tests.running import REPO, ExporterProcess, Samples, parse_samples, select
 
+pytestmark = pytest.mark.container_series  # its exporters serve them
+
 Env = Callable[[Scenario], dict[str, str]]
 INTERVAL = "0.3s"
 GPU_IDLE_W = 60.0

@@ -22,6 +22,8 @@ from tests.nvml.scenario import Scenario
 from tests.nvml.test_e2e import GPU_IDLE_W, Env, one, settle, start, total
 from tests.running import select
 
+pytestmark = pytest.mark.container_series  # its exporters serve them
+
 AMD_A = GpuPod(6101, "python3", "a6a6a6a6-9a00-4b00-8c00-000000006101", "a6" * 32)
 AMD_B = GpuPod(6102, "python3", "b6b6b6b6-9a00-4b00-8c00-000000006102", "b6" * 32)
 

@@ -29,6 +29,8 @@ from tests.nvml.pods import (
 from tests.nvml.scenario import Scenario
 from tests.running import ExporterProcess, Samples, parse_samples, select
 
+pytestmark = pytest.mark.container_series  # its exporters serve them
+
 GPU0 = "GPU-5c8e1f3a-2b4d-4e6f-8a1b-3c5d7e9f0a01"  # gpu.0 of h100x8-timesliced
 
 
