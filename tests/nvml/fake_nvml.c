@@ -15,6 +15,8 @@
  *   gpu.N.name, .uuid, .pci_bus_id, .pci_device_id, .mig_mode (0/1), .lost (1: GPU_IS_LOST)
  *   gpu.N.util.gpu, .util.memory (percent)      gpu.N.memory.total, .reserved, .used (bytes)
  *   gpu.N.temperature (C)   gpu.N.power_mw   gpu.N.power_limit_mw   gpu.N.energy_mj
+ *   gpu.N.energy_since_us (CLOCK_REALTIME): from then on the energy counter also grows by
+ *     power_mw in real time, at every call (a steady draw whatever the reader's timing)
  *   gpu.N.clock.graphics, .clock.sm, .clock.mem (MHz)   gpu.N.clock_events (bitmask)
  *   gpu.N.pcie_replay   gpu.N.ecc.corrected, .ecc.uncorrected (volatile counts)
  *   gpu.N.proc.P.pid, .memory (bytes; missing = not available), .type (compute|graphics)
@@ -574,7 +576,17 @@ nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t d, unsigned int *limit
 }
 
 nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t d, unsigned long long *energy) {
-    return ull_field(d, "energy", "energy_mj", energy);
+    BEGIN(d, "energy")
+    rc = read_ull(pre, "energy_mj", energy);
+    /* energy_since_us set: the GPU draws power_mw from then on, counted at each call, so a
+     * reader sees the same power however late it reads (mW x us / 1000 = mJ x 1000) */
+    unsigned long long since, mw;
+    if (rc == NVML_SUCCESS && read_ull(pre, "energy_since_us", &since) == NVML_SUCCESS &&
+        read_ull(pre, "power_mw", &mw) == NVML_SUCCESS) {
+        unsigned long long now = now_usec();
+        if (now > since) *energy += mw * (now - since) / 1000000ULL;
+    }
+    END
 }
 
 nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t d, unsigned int type, unsigned int *clock) {

@@ -1,7 +1,10 @@
 """Energy a team can bill by, through `wattprobe serve` with the fake NVML and default flags.
 
-No --power.idle and no --attribution.idle: what a new user gets. Every GPU's counter advances by
-its scenario power times the real time elapsed (tests/livegpus.py), so the GPUs draw steadily:
+No --power.idle and no --attribution.idle: what a new user gets. Every GPU's counter grows by its
+scenario power in real time inside the fake library, at each read (gpu.N.energy_since_us), so
+the GPUs draw steadily and every interval sees its power however loaded the machine is (a test
+that advanced the counters itself, between reads it did not control, could hand an interval
+0 J and the idle baseline learned 0 W):
 - GPU 1: one pod (torchrun, POD_C), 97 % busy at 640 of 700 W. Its pod must be billed all of
   the GPU's energy (active, and the idle of a GPU it holds), at least 90 % of it as active.
 - GPU 0: two time-sliced pods with SM shares 60:20; idle and active split 3:1.
@@ -44,19 +47,22 @@ def gpus(
     scenario = Scenario.from_fixture(
         "h100x8-timesliced", tmp_path_factory.mktemp("nvml") / "h.nvml"
     )
+    since_us = time.time_ns() // 1000  # the fake's clock is CLOCK_REALTIME
+    for gpu in range(scenario.gpu_count()):
+        scenario[f"gpu.{gpu}.energy_since_us"] = since_us
     scenario.write()
     return FakeGpus(scenario, fake_nvml_dir, H100_PODS)
 
 
 def run_steadily(proc: ExporterProcess, gpus: FakeGpus, intervals: int) -> tuple[Samples, Samples]:
-    """Samples before and after `intervals` intervals of the GPUs drawing their power."""
+    """Samples before and after `intervals` intervals of the GPUs drawing their power (gpus: the
+    node whose counters flow by themselves, see the gpus fixture)."""
 
     def advance_until_next() -> Samples:
         before = proc.metrics()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            gpus.advance()
-            body = proc.metrics()
+            body = proc.metrics()  # the energy flows in the fake itself (gpus' scenario)
             if _count(body) != _count(before):
                 return parse_samples(body)
             time.sleep(0.05)
