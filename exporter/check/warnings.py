@@ -8,13 +8,13 @@ from exporter.registry import PROCESS, REGISTRY
 
 # Measured against the kernel's cpu.stat (docs/attribution.md, "Error against cpu.stat"): with a
 # process moving between containers, short-lived work and late reads, per-process attribution
-# is off by up to tens of per cent per container, while the default per-cgroup path is within
-# 1 %. So per-process series are for finding which process spends, not for billing.
+# is off by tens of per cent per container, while the default per-cgroup path is within 1 %.
+# So per-process series are for finding which process spends, not for billing.
 PROCESS_NOT_FOR_BILLING = (
-    "--collector.process: per-process attribution is not for billing (measured up to +27 % per "
-    "container against cpu.stat with movers, short-lived processes and late reads; the default "
-    "per-cgroup path stays within 1 %): bill from pod and container series "
-    "(docs/attribution.md, Error against cpu.stat)"
+    "--collector.process: per-process attribution is not for billing (measured +13 % to +94 % "
+    "and -100 % per container against cpu.stat with host work, movers, short-lived processes "
+    "and late reads; the default per-cgroup path stays within 1 %): bill from an exporter "
+    "without it (docs/attribution.md, Error against cpu.stat)"
 )
 
 
