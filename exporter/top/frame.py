@@ -110,7 +110,10 @@ def frame_between(prev: Scrape, cur: Scrape) -> Frame | None:
     if not seconds > 0 or cur.intervals <= prev.intervals:
         return None
     attributed: dict[str, float] = {}
-    for totals in cur.containers.values():
+    # Without --collector.container the exporter serves no pod's containers: then the pods
+    # (with the pseudo-containers, which cur.pods holds too) are what the zones were split into.
+    split_into = cur.containers if any(w.pod_uid for w in cur.containers) else cur.pods
+    for totals in split_into.values():
         for amounts in (totals.zones, totals.idle_zones):
             for zone, joules in amounts.items():
                 attributed[zone] = attributed.get(zone, 0.0) + joules
