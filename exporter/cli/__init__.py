@@ -39,6 +39,7 @@ from exporter.progress import progress_for
 from exporter.registry import REGISTRY, Registry
 from exporter.runtime import tune_for_serving
 from exporter.web.config import WebConfigError
+from exporter.web.listen import format_address, listen_problem
 from exporter.web.live import LiveWebConfig
 from exporter.wiring import StartupError
 
@@ -395,8 +396,20 @@ def serve(**kw: Any) -> None:
     web = _load_web_config(kw["web_config_file"])
     kw["http_limits"] = _http_limits(kw)
     config = _config(**kw)
+    _check_listen_address(config)
     _setup_logging(config.log_level, config.log_format)
     run_server(config, web)
+
+
+def _check_listen_address(config: Config) -> None:
+    """A taken port is one line naming the flag, before the sources (eBPF compile) start."""
+    problem = listen_problem(config.listen_host, config.listen_port)
+    if problem is not None:
+        address = format_address(config.listen_host, config.listen_port)
+        raise click.ClickException(
+            f"cannot listen on {address}: {problem}; "
+            "choose another address with --web.listen-address"
+        )
 
 
 def _load_web_config(path: Path | None) -> LiveWebConfig | None:
