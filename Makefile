@@ -42,7 +42,7 @@ golden: ## regenerate tests/fixtures/golden/*.prom after an intended change of t
 	WATTPROBE_UPDATE_GOLDEN=1 $(PY) -m pytest tests/test_golden.py
 
 docs: ## regenerate docs/metrics.md from the metric catalogue and the attribution picture
-	$(PY) -m exporter.metrics > docs/metrics.md
+	$(PY) -m exporter.exposition.metrics > docs/metrics.md
 	$(PY) docs/diagrams/attribution.py > docs/attribution.svg
 
 manifests: ## regenerate deploy/base/generated and the Helm chart's files/generated from alerts/, dashboards/ and the edge forwarder

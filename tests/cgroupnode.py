@@ -12,9 +12,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.cgroupfs.classify import classify_cgroup
-from exporter.identity import KERNEL, ContainerRef
-from exporter.sources.procfs.source import CLOCK_TICKS
+from exporter.host.cgroupfs.classify import classify_cgroup
+from exporter.host.procstat import CLOCK_TICKS
+from exporter.model.identity import KERNEL, ContainerRef
 from tests.fixturehost import stat_line, write_atomic
 
 KTHREAD = 0x208040

@@ -6,9 +6,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from exporter.readings import SourceError
-from exporter.sources.ebpf.kheaders import find_kernel_headers
-from exporter.sources.ebpf.load import find_tracefs
+from exporter.model.readings import SourceError
+from exporter.sources.activity.ebpf.kheaders import find_kernel_headers
+from exporter.sources.activity.ebpf.load import find_tracefs
 from tests.kubecgroups import v2_root
 from tests.realparts import missing, require_root
 from tests.running import REPO

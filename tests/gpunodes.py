@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 NVIDIA_MAJOR = (
-    195  # Documentation/admin-guide/devices.txt; also exporter/sources/ebpf/gpu_majors.py
+    195  # Documentation/admin-guide/devices.txt; also exporter/sources/activity/ebpf/gpu_majors.py
 )
 DRM_MAJOR = 226
 FB_MAJOR = 29  # framebuffers: their FBIO* ioctls are _IOC type 'F' too

@@ -6,7 +6,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 
-from exporter.snapshot import Energy, Snapshot
+from exporter.model.snapshot import Energy, Snapshot
 from tests.running import Samples
 
 REL_TOL = 1e-9

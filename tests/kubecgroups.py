@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.cgroupfs.ids import find_v2_root
+from exporter.host.cgroupfs.ids import find_v2_root
 from tests.realparts import missing, require_root
 
 CGROUPFS = Path("/sys/fs/cgroup")

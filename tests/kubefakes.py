@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from exporter.workloads.podresources import api_pb2, api_pb2_grpc
+from exporter.kube.podresources import api_pb2, api_pb2_grpc
 
 # -- certificates -------------------------------------------------------------------------
 

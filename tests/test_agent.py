@@ -1,4 +1,4 @@
-"""exporter/agent.py: one owner starts every thread of `serve` and closes them all again."""
+"""exporter/app/agent.py: one owner starts every thread of `serve` and closes them all again."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.agent import Agent
-from exporter.config import ActivitySource, Config, PodSource
+from exporter.app.agent import Agent
+from exporter.model.config import ActivitySource, Config, PodSource
 from tests.ebpfparts import require_ebpf
 from tests.fixturehost import FixtureHost
 from tests.running import start_exporter

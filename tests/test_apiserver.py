@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.readings import SourceStatus
-from exporter.workloads.apiserver import ApiserverPodSource
-from exporter.workloads.kubeapi import Endpoint, KubeClient
-from exporter.workloads.pods import PodStore
+from exporter.kube.apiserver import ApiserverPodSource
+from exporter.kube.kubeapi import Endpoint, KubeClient
+from exporter.kube.pods import PodStore
+from exporter.model.readings import SourceStatus
 from tests.kubefakes import Ctr, FakeApiserver, TlsFiles, make_tls, pod_object
 
 TOKEN = "apiserver-token"

@@ -11,7 +11,7 @@ from exporter.accounting.attribution import (
     attribute,
     shares,
 )
-from exporter.identity import SYSTEM, ContainerRef
+from exporter.model.identity import SYSTEM, ContainerRef
 
 
 @given(

@@ -1,4 +1,5 @@
-"""exporter/sources/ebpf/maps.py reads real BPF maps exactly as bcc's table API does, and its
+"""exporter/sources/activity/ebpf/maps.py reads real BPF maps exactly as bcc's table API does, and
+its
 ctypes layouts rebuild the types they describe."""
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from exporter.sources.ebpf import maps as bpf_maps
-from exporter.sources.ebpf.kheaders import find_kernel_headers
-from exporter.sources.ebpf.load import bcc_environment
-from exporter.sources.ebpf.maps import MapTable, ctype_from_layout, ctype_layout
+from exporter.sources.activity.ebpf import maps as bpf_maps
+from exporter.sources.activity.ebpf.kheaders import find_kernel_headers
+from exporter.sources.activity.ebpf.load import bcc_environment
+from exporter.sources.activity.ebpf.maps import MapTable, ctype_from_layout, ctype_layout
 from tests.ebpfparts import require_ebpf
 
 

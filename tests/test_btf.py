@@ -1,4 +1,5 @@
-"""exporter/sources/ebpf/btf.py: member offsets from BTF blobs built here (known layouts, any
+"""exporter/sources/activity/ebpf/btf.py: member offsets from BTF blobs built here (known layouts,
+any
 layout hypothesis draws, damaged blobs) and from this kernel's own BTF."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.sources.ebpf.btf import (
+from exporter.sources.activity.ebpf.btf import (
     ARRAY,
     CONST,
     FD_DEVICE_FIELDS,

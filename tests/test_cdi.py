@@ -16,7 +16,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.workloads.cdi import (
+from exporter.kube.cdi import (
     MAX_SPEC_BYTES,
     CdiDevice,
     CdiScanner,

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.cgroupfs.classify import classify_cgroup, classify_task, parse_cgroup_path
-from exporter.cgroupfs.ns import to_host_file, to_host_path
-from exporter.identity import KERNEL, SYSTEM, ContainerRef
-from exporter.sources.procfs.source import ProcfsSource
+from exporter.host.cgroupfs.classify import classify_cgroup, classify_task, parse_cgroup_path
+from exporter.host.cgroupfs.ns import to_host_file, to_host_path
+from exporter.model.identity import KERNEL, SYSTEM, ContainerRef
+from exporter.sources.activity.procfs.source import ProcfsSource
 
 UID = "5f1c3e2a-8b4d-4c6e-9f0a-1b2c3d4e5f60"
 US = UID.replace("-", "_")
@@ -221,7 +221,7 @@ def test_paths_that_need_the_namespace_root(
     agent_root: str, absolute: str, expected: ContainerRef | None
 ) -> None:
     """Where the hidden ancestors hold the pod or QoS, the parser alone gets it wrong; joined
-    onto the namespace root's host path (exporter.cgroupfs.ns) the path is whole again."""
+    onto the namespace root's host path (exporter.host.cgroupfs.ns) the path is whole again."""
     seen = _kernel_view(absolute, agent_root)
     if expected is not None:
         assert parse_cgroup_path(seen) != expected, f"{seen} does not need the root"

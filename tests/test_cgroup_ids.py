@@ -1,4 +1,4 @@
-"""cgroup v2 id -> path (exporter.cgroupfs.ids) on a directory tree in tmp_path, whose
+"""cgroup v2 id -> path (exporter.host.cgroupfs.ids) on a directory tree in tmp_path, whose
 inode numbers stand in for cgroup ids exactly as they do on cgroup2."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from exporter.cgroupfs.classify import classify_cgroup
-from exporter.cgroupfs.ids import CgroupIdIndex, find_v2_root
+from exporter.host.cgroupfs.classify import classify_cgroup
+from exporter.host.cgroupfs.ids import CgroupIdIndex, find_v2_root
 
 POD = "kubepods-burstable-pod0b5ec1a4_7d3e_4c55_9a8b_2f4d6e8a1c3b.slice"
 CID = "a" * 64

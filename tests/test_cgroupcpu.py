@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import ActivitySource, Config, IdlePower, PodSource
-from exporter.sources.procfs.cgroupcpu import V1, V2, CgroupCpuFiles
-from exporter.sources.procfs.source import CLOCK_TICKS, ProcfsSource
-from exporter.wiring import build_monitor
+from exporter.app.wiring import build_monitor
+from exporter.host.procstat import CLOCK_TICKS
+from exporter.model.config import ActivitySource, Config, IdlePower, PodSource
+from exporter.sources.activity.procfs.cgroupcpu import V1, V2, CgroupCpuFiles
+from exporter.sources.activity.procfs.source import ProcfsSource
 from tests.fixturehost import FixtureHost, write_atomic
 
 POD_V1 = "/kubepods/pod2b3c4d5e-6f7a-4b8c-9d0e-1f2a3b4c5d6e"

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cgroupfs.classify import classify_cgroup
-from exporter.cgroupfs.ids import find_v2_root
-from exporter.cgroupfs.ns import namespace_root
+from exporter.host.cgroupfs.classify import classify_cgroup
+from exporter.host.cgroupfs.ids import find_v2_root
+from exporter.host.cgroupfs.ns import namespace_root
 from tests.realparts import missing, require_binary, require_root
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,10 +31,10 @@ WORKLOAD_CID = "ab" * 32
 INSIDE = """
 import json, os, sys
 from pathlib import Path
-from exporter.sources.ebpf.source import ProcReader
-from exporter.sources.procfs.source import ProcfsSource
-from exporter.cgroupfs.classify import classify_cgroup
-from exporter.cgroupfs.ns import namespace_root
+from exporter.sources.activity.ebpf.source import ProcReader
+from exporter.sources.activity.procfs.source import ProcfsSource
+from exporter.host.cgroupfs.classify import classify_cgroup
+from exporter.host.cgroupfs.ns import namespace_root
 host, own, workload = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 root = namespace_root(host, own)
 tasks = {t.pid: t.cgroup for t in ProcfsSource(Path("/proc"), root).tasks()}

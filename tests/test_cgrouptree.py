@@ -1,4 +1,5 @@
-"""The /proc source per cgroup (exporter/sources/procfs/cgrouptree.py) against the kernel's own
+"""The /proc source per cgroup (exporter/sources/activity/procfs/cgrouptree.py) against the
+kernel's own
 bookkeeping in fixture trees (tests/cgroupnode.py), and against the per-process path."""
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.cgroupfs.classify import classify_cgroup, classify_task
-from exporter.identity import KERNEL, SYSTEM, ContainerRef
-from exporter.readings import SourceError, TaskKey, TaskSample
-from exporter.sources.procfs.cgrouptree import (
+from exporter.host.cgroupfs.classify import classify_cgroup, classify_task
+from exporter.host.procstat import CLOCK_TICKS
+from exporter.model.identity import KERNEL, SYSTEM, ContainerRef
+from exporter.model.readings import SourceError, TaskKey, TaskSample
+from exporter.sources.activity.procfs.cgrouptree import (
     CGROUP_PID,
     LINGER_SCANS,
     REST_KEY,
@@ -23,7 +25,7 @@ from exporter.sources.procfs.cgrouptree import (
     Hierarchy,
     busy_ns_from,
 )
-from exporter.sources.procfs.source import CLOCK_TICKS, ProcfsSource
+from exporter.sources.activity.procfs.source import ProcfsSource
 from tests.cgroupnode import CgroupNode, cpu_stat
 from tests.fixturehost import write_atomic
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from exporter.config import IdlePower, parse_duration, parse_listen_address
+from exporter.model.config import IdlePower, parse_duration, parse_listen_address
 from tests.conftest import StartExporter
 from tests.fixturehost import FixtureHost
 from tests.running import REPO

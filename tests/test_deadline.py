@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from exporter.accounting.deadline import BUSY, TIMEOUT, Call, DeadlineReads, InlineReads
-from exporter.readings import SourceError
+from exporter.model.readings import SourceError
 
 TIMEOUT_S = 0.2
 WAIT_S = 10.0  # how long a test waits for something that must happen (never reached when it works)

@@ -5,21 +5,23 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.config import Config
-from exporter.gpu.merge import GpuMerge
-from exporter.gpu.readings import GpuReading, GpuReadings
-from exporter.readings import SourceAbsent, SourceError
-from exporter.sources.drm.clients import DrmClientScanner
-from exporter.sources.drm.fdinfo import parse_fdinfo
-from exporter.sources.drm.source import DrmSource, discover, drm_gpu_devices, probe
-from exporter.sources.hwmon import HwmonSource
-from exporter.sources.hwmon import build as build_hwmon
+from exporter.accounting.gpu_merge import GpuMerge
+from exporter.app.registry import REGISTRY
+from exporter.model.config import Config
+from exporter.model.gpu_readings import GpuReading, GpuReadings
+from exporter.model.readings import SourceAbsent, SourceError
+from exporter.model.spec import BuildContext
+from exporter.sources.gpu.drm.clients import DrmClientScanner
+from exporter.sources.gpu.drm.fdinfo import parse_fdinfo
+from exporter.sources.gpu.drm.source import DrmSource, discover, drm_gpu_devices, probe
+from exporter.sources.power.hwmon import HwmonSource
 from tests import drmhost
 from tests.drmhost import (
     ARC,
@@ -326,14 +328,16 @@ def test_hwmon_leaves_metered_drm_gpus_to_the_drm_backend() -> None:
     every = {r.device for r in HwmonSource(sysfs).read()}
     assert every == {RDNA3.pci, VEGA.pci, ARC.pci}
     config = Config(sysfs=sysfs, procfs=FIXTURE / "proc")
+    (hwmon,) = REGISTRY.power_sources(replace(config, collectors=frozenset({"hwmon", "drm"})))
     with pytest.raises(SourceAbsent):  # every hwmon sensor here is a metered GPU's
-        build_hwmon(config).read()
-    off = Config(sysfs=sysfs, procfs=FIXTURE / "proc", collectors=frozenset({"hwmon"}))
-    assert {r.device for r in build_hwmon(off).read()} == every  # --no-collector.drm
+        hwmon.read()
+    off = replace(config, collectors=frozenset({"hwmon"}))  # --no-collector.drm
+    (hwmon,) = REGISTRY.power_sources(off)
+    assert {r.device for r in hwmon.read()} == every
 
 
 def test_check_says_what_each_gpu_lacks() -> None:
-    finding = probe(Config(sysfs=FIXTURE / "sys", procfs=FIXTURE / "proc"), [])
+    finding = probe(Config(sysfs=FIXTURE / "sys", procfs=FIXTURE / "proc"), [], BuildContext())
     assert finding.ok
     assert finding.found.startswith("3 GPUs: ")  # metered; the iGPU is listed below
     items = dict(item.split(" ", 1) for item in finding.items)
@@ -349,6 +353,6 @@ def test_check_says_what_each_gpu_lacks() -> None:
 def test_check_names_a_gpu_without_fdinfo_clients(tree: Path) -> None:
     shutil.rmtree(tree / "proc" / str(PID_ARC))
     shutil.rmtree(tree / "proc" / str(PID_A))
-    finding = probe(Config(sysfs=tree / "sys", procfs=tree / "proc"), [])
+    finding = probe(Config(sysfs=tree / "sys", procfs=tree / "proc"), [], BuildContext())
     card2 = next(i for i in finding.items if i.startswith("card2 "))
     assert "no utilization" in card2 and "no DRM client in fdinfo" in card2

@@ -1,4 +1,4 @@
-"""exporter.sources.ebpf.accounting against a model of bpf/activity.c.
+"""exporter.sources.activity.ebpf.accounting against a model of bpf/activity.c.
 
 The model kernel below does what the C programs do (same entries, folds, tombstones, late
 slices); random schedules of processes starting, running, issuing ioctls, exiting and being
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.readings import TaskKey, TaskSample
-from exporter.sources.ebpf.accounting import (
+from exporter.model.readings import TaskKey, TaskSample
+from exporter.sources.activity.ebpf.accounting import (
     EXITED_COMM,
     EXITED_FORGET_READS,
     EXITED_QUIET_READS,

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.readings import TaskKey, TaskSample
-from exporter.sources.ebpf.source import EbpfSource
+from exporter.model.readings import TaskKey, TaskSample
+from exporter.sources.activity.ebpf.source import EbpfSource
 from tests.ebpfparts import require_ebpf
 from tests.gpunodes import ISSUE_SCRIPT, make_gpu_nodes
 from tests.kubecgroups import empty_and_remove, v2_root

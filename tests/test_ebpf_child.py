@@ -1,4 +1,5 @@
-"""Loading the probes in a short-lived child (exporter/sources/ebpf/child.py): this process gets
+"""Loading the probes in a short-lived child (exporter/sources/activity/ebpf/child.py): this
+process gets
 working, attached programs and readable maps, and never imports bcc."""
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.readings import SourceError
-from exporter.sources.ebpf.child import load_in_child
-from exporter.sources.ebpf.kheaders import NO_HEADERS
+from exporter.model.readings import SourceError
+from exporter.sources.activity.ebpf.child import load_in_child
+from exporter.sources.activity.ebpf.kheaders import NO_HEADERS
 from tests.ebpfparts import require_ebpf
 from tests.running import REPO
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.real
 # In a fresh interpreter: load through the child, burn some CPU, read the maps by FD.
 PROBE = """
 import json, os, sys, time
-from exporter.sources.ebpf.child import load_in_child
+from exporter.sources.activity.ebpf.child import load_in_child
 loaded = load_in_child(ioctls=False, raw_switch=RAW)
 end = time.thread_time() + 0.3
 while time.thread_time() < end:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.sources.ebpf.btf import VMLINUX
-from exporter.sources.ebpf.gpu_majors import DEV_NVIDIA, FIXED, DeviceClasses
-from exporter.sources.ebpf.load import IOCTL_TRACEPOINT, NO_BTF, Loaded
+from exporter.sources.activity.ebpf.btf import VMLINUX
+from exporter.sources.activity.ebpf.gpu_majors import DEV_NVIDIA, FIXED, DeviceClasses
+from exporter.sources.activity.ebpf.load import IOCTL_TRACEPOINT, NO_BTF, Loaded
 from tests.ebpfparts import require_ebpf
 from tests.gpunodes import DRM_CMD, NVIDIA_CMD, make_gpu_nodes
 from tests.realparts import missing
@@ -62,7 +62,7 @@ def loaded(proc_devices: Path) -> Iterator[Loaded]:
     require_ebpf()
     if not VMLINUX.is_file():
         missing(f"kernel BTF ({VMLINUX})")
-    from exporter.sources.ebpf.load import load  # noqa: PLC0415
+    from exporter.sources.activity.ebpf.load import load  # noqa: PLC0415
 
     result = load(ioctls=True, proc_devices=proc_devices)
     try:
@@ -120,7 +120,7 @@ def test_without_kernel_btf_the_ioctl_probe_is_not_attached(tmp_path: Path) -> N
     """No BTF, no way to tell an ioctl's device: no ioctl is counted rather than every 'F'
     one; the scheduler probes still load and count."""
     require_ebpf()
-    from exporter.sources.ebpf.load import load  # noqa: PLC0415
+    from exporter.sources.activity.ebpf.load import load  # noqa: PLC0415
 
     result = load(ioctls=True, btf=tmp_path / "no-vmlinux")
     try:

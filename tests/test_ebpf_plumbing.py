@@ -10,18 +10,19 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.accounting.monitor import Monitor, MonitorSettings
-from exporter.collector import SnapshotCollector
-from exporter.config import ActivitySource, Config
-from exporter.readings import CpuTimes, MapStats, SourceError, SourceStatus, TaskSample
-from exporter.registry import PROCESS, REGISTRY
-from exporter.snapshot import Snapshot
-from exporter.sources.caps import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN
-from exporter.sources.ebpf import load as ebpf_load
-from exporter.sources.ebpf.source import EbpfSource, wants_processes
-from exporter.sources.procfs.source import ProcfsSource
-from exporter.wiring import StartupError, activity_source
+from exporter.accounting.monitor import Monitor, MonitorParts
+from exporter.app.registry import PROCESS, REGISTRY
+from exporter.app.wiring import StartupError, activity_source
+from exporter.exposition.collector import SnapshotCollector
+from exporter.host.caps import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN
+from exporter.model.config import ActivitySource, Config
+from exporter.model.readings import CpuTimes, MapStats, SourceError, SourceStatus, TaskSample
+from exporter.model.snapshot import Snapshot
+from exporter.sources.activity.ebpf import load as ebpf_load
+from exporter.sources.activity.ebpf.source import EbpfSource, wants_processes
+from exporter.sources.activity.procfs.source import ProcfsSource
 from tests.running import parse_samples, select
+from tests.support.monitor import monitor_settings
 
 CID = "c" * 64
 POD = "kubepods-pod11111111_2222_3333_4444_555555555555.slice"
@@ -65,9 +66,7 @@ def render(snapshot: Snapshot) -> str:
 
 
 def test_ebpf_tasks_and_maps_reach_the_metrics() -> None:
-    monitor = Monitor(
-        cpu=Cpu(), activity=FakeEbpf(), power_sources=[], cpu_model=None, settings=MonitorSettings()
-    )
+    monitor = Monitor(MonitorParts(cpu=Cpu(), activity=FakeEbpf()), monitor_settings())
     monitor.step()
     monitor.step()
     snap = monitor.step()
@@ -99,11 +98,7 @@ def test_ebpf_tasks_and_maps_reach_the_metrics() -> None:
 
 def test_no_ebpf_map_metrics_without_ebpf() -> None:
     monitor = Monitor(
-        cpu=Cpu(),
-        activity=ProcfsSource(Path("/nonexistent")),
-        power_sources=[],
-        cpu_model=None,
-        settings=MonitorSettings(),
+        MonitorParts(cpu=Cpu(), activity=ProcfsSource(Path("/nonexistent"))), monitor_settings()
     )
     assert "wattprobe_ebpf_" not in render(monitor.step())
 
@@ -111,12 +106,7 @@ def test_no_ebpf_map_metrics_without_ebpf() -> None:
 def test_startup_status_is_in_every_snapshot() -> None:
     failed = SourceStatus("ebpf", False, "no kernel headers", "looked in /usr/src")
     monitor = Monitor(
-        cpu=Cpu(),
-        activity=FakeEbpf(),
-        power_sources=[],
-        cpu_model=None,
-        settings=MonitorSettings(),
-        startup_statuses=[failed],
+        MonitorParts(cpu=Cpu(), activity=FakeEbpf(), startup_statuses=[failed]), monitor_settings()
     )
     for _ in range(3):
         samples = parse_samples(render(monitor.step()))

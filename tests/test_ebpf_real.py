@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.sources.ebpf.load import gpu_device_nodes
+from exporter.sources.activity.ebpf.load import gpu_device_nodes
 from tests.ebpfparts import explicit_ebpf_refusal, require_ebpf
 from tests.gpunodes import ISSUE_SCRIPT, make_gpu_nodes
 from tests.kubecgroups import KubeContainer, kube_container, v2_root
@@ -333,7 +333,7 @@ while time.monotonic() < end:
 
 def test_time_on_a_cpu_is_counted_before_the_task_is_switched_out() -> None:
     require_ebpf()
-    from exporter.sources.ebpf.source import EbpfSource  # noqa: PLC0415
+    from exporter.sources.activity.ebpf.source import EbpfSource  # noqa: PLC0415
 
     source = EbpfSource.start(Path("/proc"), Path("/sys/fs/cgroup"), None, False)
     cpu = max(os.sched_getaffinity(0))
@@ -360,9 +360,9 @@ for _ in range(60):
 
 def test_evictions_of_a_full_map_are_counted() -> None:
     require_ebpf()
-    from exporter.cgroupfs.ids import CgroupIdIndex  # noqa: PLC0415
-    from exporter.sources.ebpf.load import load  # noqa: PLC0415
-    from exporter.sources.ebpf.source import EbpfSource  # noqa: PLC0415
+    from exporter.host.cgroupfs.ids import CgroupIdIndex  # noqa: PLC0415
+    from exporter.sources.activity.ebpf.load import load  # noqa: PLC0415
+    from exporter.sources.activity.ebpf.source import EbpfSource  # noqa: PLC0415
 
     small = 64  # far fewer entries than the processes below
     source = EbpfSource(
@@ -398,7 +398,7 @@ def test_both_sched_switch_programs_count_time_and_ioctls(raw_switch: bool, tmp_
     back to: run time within 2 % of schedstat, ioctls exact (they reach the process at its
     switch-out)."""
     require_ebpf()
-    from exporter.sources.ebpf.source import EbpfSource  # noqa: PLC0415
+    from exporter.sources.activity.ebpf.source import EbpfSource  # noqa: PLC0415
 
     source = EbpfSource.start(
         Path("/proc"), Path("/sys/fs/cgroup"), None, True, raw_switch=raw_switch
@@ -461,7 +461,7 @@ def test_refused_raw_tracepoint_falls_back_to_the_classic_one(
     require_ebpf()
     import bcc  # noqa: PLC0415
 
-    from exporter.sources.ebpf.load import load  # noqa: PLC0415
+    from exporter.sources.activity.ebpf.load import load  # noqa: PLC0415
 
     def refuse(self: object, tp: bytes = b"", fn_name: bytes = b"") -> None:
         raise Exception("Failed to attach BPF to raw tracepoint")  # bcc's own words

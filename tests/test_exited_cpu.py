@@ -6,11 +6,11 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from exporter.cgroupfs.classify import classify_task
-from exporter.identity import SYSTEM
-from exporter.readings import TaskKey, TaskSample
-from exporter.sources.procfs.cgroupcpu import V2, Location
-from exporter.sources.procfs.exited import (
+from exporter.host.cgroupfs.classify import classify_task
+from exporter.model.identity import SYSTEM
+from exporter.model.readings import TaskKey, TaskSample
+from exporter.sources.activity.procfs.cgroupcpu import V2, Location
+from exporter.sources.activity.procfs.exited import (
     EXITED_COMM,
     EXITED_PID,
     LINGER_SCANS,

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.sources.procfs.source import CLOCK_TICKS, ProcfsSource
+from exporter.host.procstat import CLOCK_TICKS
+from exporter.sources.activity.procfs.source import ProcfsSource
 from tests.faults_support import CounterWatch
 from tests.fixturehost import FixtureHost, stat_line, write_atomic
 from tests.running import ExporterProcess, Samples, select, start_exporter

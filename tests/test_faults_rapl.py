@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.sources.rapl import RAPL_MAX_POWER_W, RaplSource
+from exporter.sources.power.rapl import RAPL_MAX_POWER_W, RaplSource
 from tests.conftest import FIXTURES
 from tests.faults_support import EPS_J, CounterWatch, node_energy, source_up
 from tests.fixturehost import FixtureHost

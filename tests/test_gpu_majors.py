@@ -1,11 +1,12 @@
-"""exporter/sources/ebpf/gpu_majors.py: which character majors are GPU devices (/proc/devices)."""
+"""exporter/sources/activity/ebpf/gpu_majors.py: which character majors are GPU devices
+(/proc/devices)."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.sources.ebpf.gpu_majors import (
+from exporter.sources.activity.ebpf.gpu_majors import (
     DEV_DRM,
     DEV_NVIDIA,
     DRM_MAJOR,

@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.gpu.readings import GpuReading, MigInstanceReading
-from exporter.snapshot import GpuAllocation
-from exporter.workloads.gpus import (
+from exporter.kube.gpus import (
     DeviceAssignment,
     GpuDirectory,
     GpuRef,
@@ -17,6 +15,8 @@ from exporter.workloads.gpus import (
     holders_of,
     resolve_device,
 )
+from exporter.model.gpu_readings import GpuReading, MigInstanceReading
+from exporter.model.snapshot import GpuAllocation
 
 G0 = "GPU-8f2c1d90-3e5a-4b17-9c2e-5da9abb51763"
 G1 = "GPU-1b0e77c4-9d31-4f55-8a06-2c1e4f7d9b20"

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.config import DEFAULT_GPU_RESOURCES
-from exporter.workloads.gpus import (
+from exporter.kube.gpus import (
     ClaimDevice,
     DeviceAssignment,
     GpuDirectory,
@@ -19,7 +18,8 @@ from exporter.workloads.gpus import (
     resolve_dra_name,
     resolve_holdings,
 )
-from exporter.workloads.pods import parse_pod, volcano_vgpus
+from exporter.kube.pods import parse_pod, volcano_vgpus
+from exporter.model.config import DEFAULT_GPU_RESOURCES
 from tests.kubefakes import Ctr, pod_object
 
 G0 = "GPU-8f2c1d90-3e5a-4b17-9c2e-5da9abb51763"

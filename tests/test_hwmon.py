@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.readings import SourceAbsent
-from exporter.sources.hwmon import HwmonSource, sensor_zone
+from exporter.model.readings import SourceAbsent
+from exporter.sources.power.hwmon import HwmonSource, sensor_zone
 from tests.fixturehost import FixtureHost
 
 FIXTURE_SYS = Path(__file__).parent / "fixtures" / "sys"

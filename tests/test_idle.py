@@ -12,9 +12,9 @@ from exporter.accounting.idle import (
     DEFAULT_WINDOW,
     PRIOR_SHARE,
     IdleBaseline,
-    IdleOrigin,
     fitted_intercept,
 )
+from exporter.model.health import IdleOrigin
 
 HOUR_OF_INTERVALS = 720  # at the default 5 s
 

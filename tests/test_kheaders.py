@@ -1,4 +1,5 @@
-"""Kernel header discovery (exporter.sources.ebpf.kheaders) on header trees laid out like the
+"""Kernel header discovery (exporter.sources.activity.ebpf.kheaders) on header trees laid out like
+the
 distributions' packages, built in a temporary directory."""
 
 from __future__ import annotations
@@ -7,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.readings import SourceError
-from exporter.sources.ebpf.kheaders import (
+from exporter.model.readings import SourceError
+from exporter.sources.activity.ebpf.kheaders import (
     CONFIGURED,
     GENERIC,
     NO_HEADERS,

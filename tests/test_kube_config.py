@@ -11,20 +11,22 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.accounting.monitor import Monitor, MonitorSettings
-from exporter.collector import SnapshotCollector, pod_label_name
-from exporter.config import Config, PodSource
-from exporter.identity import NoNames
-from exporter.readings import SourceStatus
-from exporter.snapshot import GpuAllocation, PodInfo
-from exporter.sources.procfs.source import ProcfsSource
-from exporter.workloads.apiserver import ApiserverPodSource
-from exporter.workloads.kube import KubeWorkloads, apiserver_url, kubelet_url, resolve_pod_source
-from exporter.workloads.kubelet import KubeletPodSource
-from exporter.workloads.podresources.poller import PodResourcesPoller
+from exporter.accounting.monitor import Monitor, MonitorParts
+from exporter.exposition.collector import SnapshotCollector, pod_label_name
+from exporter.kube.apiserver import ApiserverPodSource
+from exporter.kube.kube import KubeWorkloads, apiserver_url, kubelet_url, resolve_pod_source
+from exporter.kube.kubelet import KubeletPodSource
+from exporter.kube.podresources.poller import PodResourcesPoller
+from exporter.model.config import Config, PodSource
+from exporter.model.identity import NoNames
+from exporter.model.readings import SourceStatus
+from exporter.model.snapshot import GpuAllocation, PodInfo
+from exporter.sources.activity.procfs.source import ProcfsSource
 from tests.fixturehost import FixtureHost
 from tests.kubeenv import add_nvidia_gpus
 from tests.running import REPO, parse_samples
+from tests.support.identity import StaticIdentity
+from tests.support.monitor import monitor_settings
 
 IN_CLUSTER = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
 
@@ -85,20 +87,33 @@ def test_monitor_hooks_reach_the_snapshot_and_the_exposition(host: FixtureHost) 
         raise RuntimeError("a bug in a background source")
 
     procfs = ProcfsSource(host.procfs)
-    monitor = Monitor(
-        cpu=procfs,
-        activity=procfs,
-        power_sources=[],
-        cpu_model=None,
-        settings=MonitorSettings(),
-        status_providers=[
-            lambda: [SourceStatus("kubelet", False, "unreachable", "refused")],
-            broken,
-        ],
-        pod_info=lambda: [PodInfo("u1", "web-0", "shop", (("team", "payments"), ("a.b/c", "x")))],
-        gpu_allocations=lambda: [GpuAllocation("0", "GPU-1", "", "", "ml", "trainer-0", "trainer")],
+    failing = Monitor(
+        MonitorParts(
+            cpu=procfs, activity=procfs, identity=StaticIdentity(status_providers=[broken])
+        ),
+        monitor_settings(),
     )
-    snap = monitor.step()  # the broken provider costs its statuses, not the interval
+    # a broken identity accessor costs its statuses, not the interval
+    assert [s.source for s in failing.step().sources] == ["procfs"]
+    monitor = Monitor(
+        MonitorParts(
+            cpu=procfs,
+            activity=procfs,
+            identity=StaticIdentity(
+                status_providers=[
+                    lambda: [SourceStatus("kubelet", False, "unreachable", "refused")],
+                ],
+                pods=lambda: [
+                    PodInfo("u1", "web-0", "shop", (("team", "payments"), ("a.b/c", "x")))
+                ],
+                allocations=lambda: [
+                    GpuAllocation("0", "GPU-1", "", "", "ml", "trainer-0", "trainer")
+                ],
+            ),
+        ),
+        monitor_settings(),
+    )
+    snap = monitor.step()
     assert ("kubelet", False, "unreachable") in [(s.source, s.up, s.reason) for s in snap.sources]
     registry = CollectorRegistry()
     registry.register(SnapshotCollector(lambda: snap))
@@ -191,8 +206,8 @@ def test_check_reports_the_pod_source_with_a_fix(host: FixtureHost) -> None:
 
 
 def test_metaserver_detection() -> None:
-    from exporter.workloads.apiserver import is_metaserver  # noqa: PLC0415
-    from exporter.workloads.kubeapi import Endpoint, KubeClient  # noqa: PLC0415
+    from exporter.kube.apiserver import is_metaserver  # noqa: PLC0415
+    from exporter.kube.kubeapi import Endpoint, KubeClient  # noqa: PLC0415
 
     def client(url: str) -> KubeClient:
         return KubeClient(Endpoint(url=url))

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.readings import SourceError, SourceStatus
-from exporter.workloads.kubeapi import Endpoint, KubeClient
-from exporter.workloads.kubelet import KubeletPodSource
-from exporter.workloads.pods import PodStore
+from exporter.kube.kubeapi import Endpoint, KubeClient
+from exporter.kube.kubelet import KubeletPodSource
+from exporter.kube.pods import PodStore
+from exporter.model.readings import SourceError, SourceStatus
 from tests.kubefakes import FakeKubelet, TlsFiles, make_tls
 
 FIXTURES = Path(__file__).parent / "fixtures"

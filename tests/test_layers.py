@@ -1,5 +1,6 @@
-"""The import contract: exporter's modules import only downward (pyproject.toml
-[tool.importlinter], docs/architecture.md). Runs import-linter, so `make test` fails on an
+"""The import contracts (pyproject.toml [tool.importlinter], docs/architecture.md): each top-level
+package of exporter/ is one layer and imports only downward, sources are independent of each other,
+and the application's parts import downward. Runs import-linter, so `make test` fails on an
 upward import."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 from tests.running import REPO
@@ -31,7 +33,31 @@ def lint_imports(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[st
 def test_layers_contract_is_kept() -> None:
     result = lint_imports()
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Contracts: 1 kept, 0 broken." in result.stdout
+    assert "Contracts: 3 kept, 0 broken." in result.stdout
+
+
+def test_the_layers_are_the_top_level_packages() -> None:
+    """Folders are the layers: every row of the layers contract names whole top-level packages,
+    and every top-level package of exporter/ has a row."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (layers,) = (c for c in config["contracts"] if c["id"] == "layers")
+    named = {m.strip() for row in layers["layers"] for m in row.split("|")}
+    packages = {
+        f"exporter.{p.name}" for p in (REPO / "exporter").iterdir() if (p / "__init__.py").is_file()
+    }
+    assert named == packages | {"exporter.__main__"}
+
+
+def test_a_source_importing_another_breaks_independence(tmp_path: Path) -> None:
+    config = tmp_path / ".importlinter"
+    config.write_text(
+        "[importlinter]\nroot_package = exporter\n\n"
+        "[importlinter:contract:pair]\nname = pair\ntype = independence\n"
+        "modules =\n    exporter.sources.activity.procfs\n    exporter.host.procstat\n"
+    )
+    result = lint_imports(str(config), cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "exporter.sources.activity.procfs.source -> exporter.host.procstat" in result.stdout
 
 
 def test_an_upward_import_breaks_a_contract(tmp_path: Path) -> None:
@@ -40,9 +66,9 @@ def test_an_upward_import_breaks_a_contract(tmp_path: Path) -> None:
     config.write_text(
         "[importlinter]\nroot_package = exporter\n\n"
         "[importlinter:contract:upside-down]\nname = upside down\ntype = layers\n"
-        "layers =\n    exporter.readings\n    exporter.accounting.monitor\n"
+        "layers =\n    exporter.model.readings\n    exporter.accounting.monitor\n"
     )
     result = lint_imports(str(config), cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "exporter.accounting.monitor -> exporter.readings" in result.stdout
+    assert "exporter.accounting.monitor -> exporter.model.readings" in result.stdout
     assert "Contracts: 0 kept, 1 broken." in result.stdout

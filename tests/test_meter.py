@@ -17,15 +17,13 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from exporter.accounting.idle import IdleBaseline
 from exporter.accounting.meter import (
-    IMPLAUSIBLE,
     POWER,
-    RESET,
-    UNREADABLE,
     DeviceSample,
     Measured,
     ZoneMeter,
     split_active_idle,
 )
+from exporter.model.health import IMPLAUSIBLE, RESET, UNREADABLE
 from tests.props import PROPERTY
 
 RANGE = 262_143_328_850  # a RAPL package's max_energy_range_uj

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporter.collector import SnapshotCollector
-from exporter.gpu.readings import GpuProcess, GpuReading, MigInstanceReading
-from exporter.gpu.snapshot import ContainerGpuMemory, GpuCounters, GpuEnergy
-from exporter.metrics import BY_NAME, CATALOGUE, POD_LABEL, PREFIX, render_markdown
-from exporter.readings import MapStats, SourceStatus
-from exporter.snapshot import (
+from exporter.exposition.collector import SnapshotCollector
+from exporter.exposition.metrics import BY_NAME, CATALOGUE, POD_LABEL, PREFIX, render_markdown
+from exporter.model.gpu_readings import GpuProcess, GpuReading, MigInstanceReading
+from exporter.model.gpu_snapshot import ContainerGpuMemory, GpuCounters, GpuEnergy
+from exporter.model.readings import MapStats, SourceStatus
+from exporter.model.snapshot import (
     EMPTY_SNAPSHOT,
     ContainerCounters,
     Energy,

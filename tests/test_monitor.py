@@ -10,12 +10,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.accounting.monitor import Monitor, MonitorSettings, PowerSource
-from exporter.config import IdleAttribution, IdlePower
-from exporter.readings import CpuTimes, EnergyReading, SourceAbsent, SourceError, TaskSample
-from exporter.snapshot import Snapshot
-from exporter.sources.estimate import CpuPowerModel
+from exporter.accounting.monitor import Monitor, MonitorParts
+from exporter.model.config import IdleAttribution, IdlePower
+from exporter.model.ports import PowerSource
+from exporter.model.readings import CpuTimes, EnergyReading, SourceAbsent, SourceError, TaskSample
+from exporter.model.snapshot import Snapshot
+from exporter.sources.power.estimate import CpuPowerModel, EstimateSource
 from tests.invariants import check_monotonic, check_snapshot
+from tests.support.monitor import monitor_settings
 
 POD = "5f1c3e2a-8b4d-4c6e-9f0a-1b2c3d4e5f60"
 POD_US = POD.replace("-", "_")
@@ -95,12 +97,14 @@ def make_monitor(
     power: Sequence[PowerSource] | None = None,
     idle_w: float | None = 5.0,
 ) -> Monitor:
+    estimate = EstimateSource(host.cpu_times, CpuPowerModel.for_cpus, clock)
     return Monitor(
-        cpu=host,
-        activity=Activity(host),
-        power_sources=[Rapl(host)] if power is None else power,
-        cpu_model=CpuPowerModel.for_cpus,
-        settings=MonitorSettings(
+        MonitorParts(
+            cpu=host,
+            activity=Activity(host),
+            power=[*([Rapl(host)] if power is None else power), estimate],
+        ),
+        monitor_settings(
             idle_power=IdlePower(default_w=idle_w),
             idle_policy=idle,
             with_processes=processes,

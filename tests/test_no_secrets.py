@@ -12,7 +12,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from exporter.cli import cli
+from exporter.app.cli import cli
 from tests.conftest import StartExporter
 from tests.fixturehost import FixtureHost
 from tests.kubeenv import TOKEN, add_nvidia_gpus, kube_node, source_up, ticking, wait_samples
@@ -80,7 +80,7 @@ def test_token_never_logged_or_served(
         time.sleep(0.5)
         exp.stop()
         log = exp.log()
-    assert "DEBUG exporter.sources.rapl" in log  # debug logging was on
+    assert "DEBUG exporter.sources.power.rapl" in log  # debug logging was on
     assert f"Bearer {TOKEN}" in " ".join(h or "" for h in node.kubelet.auth_headers)
     assert secrets_in(log) == [], "token in the log"
     for body in bodies:

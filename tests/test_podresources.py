@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from exporter.identity import ContainerRef
-from exporter.readings import SourceError, SourceStatus
-from exporter.snapshot import GpuAllocation
-from exporter.workloads.gpus import DeviceAssignment, GpuDirectory
-from exporter.workloads.kube import KubeWorkloads
-from exporter.workloads.podresources.client import PodResourcesClient
-from exporter.workloads.podresources.poller import PodResourcesPoller
-from exporter.workloads.pods import PodStore, parse_pod
+from exporter.kube.gpus import EMPTY_DIRECTORY, DeviceAssignment, GpuDirectory
+from exporter.kube.kube import KubeWorkloads
+from exporter.kube.podresources.client import PodResourcesClient
+from exporter.kube.podresources.poller import PodResourcesPoller
+from exporter.kube.pods import PodStore, parse_pod
+from exporter.model.identity import ContainerRef
+from exporter.model.readings import SourceError, SourceStatus
+from exporter.model.snapshot import GpuAllocation
 from tests.kubefakes import Assigned, Ctr, FakePodResources, pod_object
 
 GPU0 = "GPU-8f2c1d90-3e5a-4b17-9c2e-5da9abb51763"
@@ -166,7 +166,11 @@ def test_gpu_holders_and_allocation_rows(kubelet: FakePodResources) -> None:
         PodResourcesClient(kubelet.socket_path, timeout_s=1), interval_s=10, ttl_s=3600
     )
     poller.poll_once()
-    kube = KubeWorkloads(store=store, pod_source=None, podresources=poller)
+    # what NVML plugs in later in the test: indexes and MIG parents
+    directory = [EMPTY_DIRECTORY]
+    kube = KubeWorkloads(
+        store=store, pod_source=None, podresources=poller, gpu_directory=lambda: directory[0]
+    )
     try:
         # a time-sliced GPU: both pods hold it
         assert kube.gpu_holders(GPU0) == (
@@ -182,13 +186,10 @@ def test_gpu_holders_and_allocation_rows(kubelet: FakePodResources) -> None:
             GpuAllocation("", GPU0, "", "", "ml", "infer-a", "server"),
             GpuAllocation("", GPU0, "", "", "ml", "trainer-0", "trainer"),
         )
-        # what NVML will plug in: indexes and MIG parents
-        kube.set_gpu_directory(
-            lambda: GpuDirectory(
-                index_by_uuid={GPU0: "0", parent: "1"},
-                parent_by_mig_uuid={MIG: parent},
-                instance_by_mig_uuid={MIG: "2"},
-            )
+        directory[0] = GpuDirectory(
+            index_by_uuid={GPU0: "0", parent: "1"},
+            parent_by_mig_uuid={MIG: parent},
+            instance_by_mig_uuid={MIG: "2"},
         )
         assert kube.gpu_holders(parent) == (jupyter,)
         assert GpuAllocation("1", parent, "2", MIG, "ml", "notebook", "jupyter") in (

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import Config, PodSource
-from exporter.identity import ContainerRef
-from exporter.snapshot import GpuAllocation
-from exporter.workloads.cdi import CdiScanner
-from exporter.workloads.check import kube_checks
-from exporter.workloads.gpus import ClaimDevice, GpuDirectory, mig_capability_minors
-from exporter.workloads.kube import KubeWorkloads
-from exporter.workloads.podresources.client import PodResourcesClient
-from exporter.workloads.podresources.poller import PodResourcesPoller
-from exporter.workloads.pods import PodStore, parse_pod
+from exporter.kube.cdi import CdiScanner
+from exporter.kube.check import kube_checks
+from exporter.kube.gpus import ClaimDevice, GpuDirectory, mig_capability_minors
+from exporter.kube.kube import KubeWorkloads
+from exporter.kube.podresources.client import PodResourcesClient
+from exporter.kube.podresources.poller import PodResourcesPoller
+from exporter.kube.pods import PodStore, parse_pod
+from exporter.model.config import Config, PodSource
+from exporter.model.identity import ContainerRef
+from exporter.model.snapshot import GpuAllocation
 from tests.kubefakes import Assigned, Claimed, Ctr, FakePodResources, pod_object
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cdi"
@@ -140,8 +140,9 @@ def test_claims_resolve_to_gpus_and_holders(node: tuple[FakePodResources, Path])
     assert [p.path.rsplit("/", 1)[-1] for p in got.cdi.problems] == [
         "k8s.gpu.nvidia.com-claim_broken.yaml"
     ]
-    kube = KubeWorkloads(store=store, pod_source=None, podresources=poller)
-    kube.set_gpu_directory(lambda: directory(procfs))
+    kube = KubeWorkloads(
+        store=store, pod_source=None, podresources=poller, gpu_directory=lambda: directory(procfs)
+    )
 
     def ref(name: str) -> ContainerRef:
         return ContainerRef(container_id=CIDS[name], pod_uid=UIDS[name])
@@ -183,8 +184,9 @@ def test_without_spec_files_the_driver_names_still_tell(
         cdi=CdiScanner((root / "nowhere",)),
     )
     poller.poll_once()
-    kube = KubeWorkloads(store=None, pod_source=None, podresources=poller)
-    kube.set_gpu_directory(lambda: directory(root))
+    kube = KubeWorkloads(
+        store=None, pod_source=None, podresources=poller, gpu_directory=lambda: directory(root)
+    )
     try:
         assert kube.gpu_allocations() == (
             GpuAllocation("1", GPU1, "", "", "ml", "train", "main", "train-gpu"),
@@ -255,8 +257,9 @@ def test_volcano_placeholders_follow_the_pods_annotation(
         PodResourcesClient(fake.socket_path, timeout_s=2), interval_s=10, ttl_s=3600
     )
     poller.poll_once()
-    kube = KubeWorkloads(store=store, pod_source=None, podresources=poller)
-    kube.set_gpu_directory(lambda: directory(root))
+    kube = KubeWorkloads(
+        store=store, pod_source=None, podresources=poller, gpu_directory=lambda: directory(root)
+    )
     try:
         assert kube.gpu_allocations() == (GpuAllocation("1", GPU1, "", "", "ml", "svc-b", "main"),)
         assert kube.gpu_holders(GPU1) == (

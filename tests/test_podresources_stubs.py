@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.workloads.podresources import api_pb2
+from exporter.kube.podresources import api_pb2
 
 REPO = Path(__file__).resolve().parent.parent
-PROTO_DIR = Path("exporter/workloads/podresources")
+PROTO_DIR = Path("exporter/kube/podresources")
 GENERATED = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py")
 
 

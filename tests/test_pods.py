@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from exporter.cgroupfs.classify import classify_cgroup
-from exporter.identity import SYSTEM, ContainerRef
-from exporter.workloads.kubelet import parse_pod_list
-from exporter.workloads.pods import KubeNames, PodMeta, PodStore, parse_pod, runtime_container_id
+from exporter.host.cgroupfs.classify import classify_cgroup
+from exporter.kube.kubelet import parse_pod_list
+from exporter.kube.pods import KubeNames, PodMeta, PodStore, parse_pod, runtime_container_id
+from exporter.model.identity import SYSTEM, ContainerRef
 from tests.kubefakes import Ctr, pod_object
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -110,7 +110,7 @@ def test_checked_in_kubelet_payload() -> None:
 
 
 def meta(uid: str, cid: str, name: str = "p") -> PodMeta:
-    from exporter.workloads.pods import ContainerMeta  # noqa: PLC0415
+    from exporter.kube.pods import ContainerMeta  # noqa: PLC0415
 
     return PodMeta(uid, "ns", name, (), (ContainerMeta(cid, "c", True),))
 

@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.readings import SourceError
-from exporter.sources.procfs.source import CLOCK_TICKS, ProcfsSource, parse_cpu_times, parse_stat
+from exporter.host.procstat import CLOCK_TICKS, parse_cpu_times, parse_stat
+from exporter.model.readings import SourceError
+from exporter.sources.activity.procfs.source import ProcfsSource
 from tests.fixturehost import FixtureHost, stat_line
 
 FIXTURE_PROC = Path(__file__).parent / "fixtures" / "proc"

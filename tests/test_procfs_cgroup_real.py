@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import ActivitySource, Config, PodSource
-from exporter.snapshot import Snapshot
-from exporter.wiring import build_monitor
+from exporter.app.wiring import build_monitor
+from exporter.model.config import ActivitySource, Config, PodSource
+from exporter.model.snapshot import Snapshot
 from tests.kubecgroups import KubeContainer, kube_container
 from tests.running import parse_samples, select, start_exporter
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporter.cgroupfs.classify import classify_cgroup
-from exporter.sources.procfs.scan import ProcScanner
-from exporter.sources.procfs.source import CLOCK_TICKS, PF_KTHREAD, ProcfsSource, parse_stat
+from exporter.host.cgroupfs.classify import classify_cgroup
+from exporter.host.procstat import CLOCK_TICKS, PF_KTHREAD, parse_stat
+from exporter.sources.activity.procfs.scan import ProcScanner
+from exporter.sources.activity.procfs.source import ProcfsSource
 from tests.benchmarks.synthetic import HostShape, SyntheticHost
 from tests.fixturehost import FixtureHost, stat_line, write_atomic
 

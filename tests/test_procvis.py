@@ -1,4 +1,5 @@
-"""hidepid detection (exporter/sources/procfs/visible.py) on mountinfo text; the real mount and the
+"""hidepid detection (exporter/sources/activity/procfs/visible.py) on mountinfo text; the real
+mount and the
 capability that lifts it: tests/test_least_privilege.py."""
 
 from __future__ import annotations
@@ -7,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.readings import TaskSample
-from exporter.sources.caps import CAP_SYS_PTRACE
-from exporter.sources.procfs.visible import (
+from exporter.host.caps import CAP_SYS_PTRACE
+from exporter.model.readings import TaskSample
+from exporter.sources.activity.procfs.visible import (
     ProcMount,
     VisibleProcfs,
     hidden_reason,

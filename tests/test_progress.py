@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from exporter import progress as progress_module
-from exporter.progress import Progress, TerminalProgress, progress_for
+from exporter.app import progress as progress_module
+from exporter.app.progress import Progress, TerminalProgress, progress_for
 from tests.conftest import StartExporter
 from tests.fixturehost import FixtureHost
 from tests.running import REPO, free_port

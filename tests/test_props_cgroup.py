@@ -8,13 +8,13 @@ import uuid
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.cgroupfs.classify import (
+from exporter.host.cgroupfs.classify import (
     cgroup_lines,
     classify_cgroup,
     classify_task,
     parse_cgroup_path,
 )
-from exporter.identity import SYSTEM, ContainerRef
+from exporter.model.identity import SYSTEM, ContainerRef
 from tests.props import PROPERTY
 
 hex64 = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)

@@ -10,16 +10,16 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from exporter.kernelnum import MAX_DIGITS, OutOfRange
-from exporter.readings import TaskKey, TaskSample
-from exporter.sources.procfs.cgroupcpu import (
+from exporter.host.kernelnum import MAX_DIGITS, OutOfRange
+from exporter.model.readings import TaskKey, TaskSample
+from exporter.sources.activity.procfs.cgroupcpu import (
     V1,
     V2,
     CgroupCpuFiles,
     parse_cpu_stat,
     parse_cpuacct_usage,
 )
-from exporter.sources.procfs.exited import ExitedCpu, settle
+from exporter.sources.activity.procfs.exited import ExitedCpu, settle
 from tests.props import PROPERTY
 from tests.test_exited_cpu import A, B, Clock, Files
 

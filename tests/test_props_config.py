@@ -7,7 +7,7 @@ import math
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from exporter.config import IdlePower, parse_duration, parse_listen_address
+from exporter.model.config import IdlePower, parse_duration, parse_listen_address
 from tests.props import PROPERTY
 
 UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}

@@ -10,8 +10,8 @@ from pathlib import Path
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from exporter.kernelnum import MAX_DIGITS, parse_uint
-from exporter.sources.files import fault_for, read_int, reason_for
+from exporter.host.files import fault_for, read_int, reason_for
+from exporter.host.kernelnum import MAX_DIGITS, parse_uint
 from tests.props import PROPERTY
 
 _DIR = Path(tempfile.mkdtemp(prefix="wattprobe-props-"))

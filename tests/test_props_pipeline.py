@@ -22,18 +22,19 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.accounting.meter import MAX_PLAUSIBLE_POWER_W
-from exporter.accounting.monitor import Monitor, MonitorSettings
-from exporter.collector import SnapshotCollector
-from exporter.config import IdlePower
-from exporter.gpu.readings import GpuReading, GpuReadings
-from exporter.readings import CpuTimes, TaskSample
-from exporter.sources.hwmon import HwmonSource
-from exporter.sources.rapl import RAPL_MAX_POWER_W, RaplSource
+from exporter.accounting.monitor import Monitor, MonitorParts
+from exporter.exposition.collector import SnapshotCollector
+from exporter.model.config import IdlePower
+from exporter.model.gpu_readings import GpuReading, GpuReadings
+from exporter.model.readings import CpuTimes, TaskSample
+from exporter.sources.power.hwmon import HwmonSource
+from exporter.sources.power.rapl import RAPL_MAX_POWER_W, RaplSource
 from tests.conftest import FIXTURES
 from tests.fixturehost import FixtureHost, write_atomic
 from tests.invariants import check_exposition
 from tests.props import PROPERTY
 from tests.running import Samples, parse_samples, select
+from tests.support.monitor import monitor_settings
 
 RAPL = ("intel-rapl:0", "intel-rapl:1")
 RAPL_RANGE = 262_143_328_850
@@ -101,14 +102,15 @@ class Pipeline(RuleBasedStateMachine):
         self.gpu_mj = [10**9, 2 * 10**9]
         self.gpus = Gpus()
         self.monitor = Monitor(
-            cpu=self.node,
-            activity=self.node,
-            power_sources=[RaplSource(self.host.sysfs), HwmonSource(self.host.sysfs)],
-            cpu_model=None,
-            settings=MonitorSettings(idle_power=IdlePower()),
+            MonitorParts(
+                cpu=self.node,
+                activity=self.node,
+                power=[RaplSource(self.host.sysfs), HwmonSource(self.host.sysfs)],
+                gpus=[self.gpus] if self.gpus is not None else [],
+            ),
+            monitor_settings(idle_power=IdlePower()),
             clock=lambda: self.now,
             wall_clock=lambda: self.now,
-            gpus=self.gpus,
         )
         self.registry = CollectorRegistry()
         self.registry.register(SnapshotCollector(lambda: self.monitor.snapshot))

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.sources.procfs.source import CLOCK_TICKS, parse_cpu_times, parse_stat
+from exporter.host.procstat import CLOCK_TICKS, parse_cpu_times, parse_stat
 from tests.fixturehost import stat_line
 from tests.props import PROPERTY
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from exporter.readings import SourceAbsent, SourceError
-from exporter.sources.rapl import RaplSource, zone_kind
+from exporter.model.readings import SourceAbsent, SourceError
+from exporter.sources.power.rapl import RaplSource, zone_kind
 from tests.fixturehost import FixtureHost
 
 FIXTURE_SYS = Path(__file__).parent / "fixtures" / "sys"

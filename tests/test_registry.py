@@ -17,14 +17,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.accounting.zones import ZoneId, workload_zones
-from exporter.check import SourceCheck, checks_of, exit_status, run_checks
-from exporter.cli import collector_flags, collectors_of
-from exporter.config import Config
-from exporter.readings import ABSENT, EnergyReading, SourceAbsent
-from exporter.registry import REGISTRY, Registry
-from exporter.sources.estimate import ESTIMATED
-from exporter.sourcespec import POWER, CheckResult, Finding, SourceSpec
-from exporter.wiring import power_sources
+from exporter.app.check import SourceCheck, checks_of, exit_status, run_checks
+from exporter.app.cli import collector_flags, collectors_of
+from exporter.app.registry import REGISTRY, Registry
+from exporter.app.wiring import power_sources
+from exporter.model.config import Config
+from exporter.model.readings import ABSENT, EnergyReading, SourceAbsent
+from exporter.model.spec import POWER, BuildContext, CheckResult, Finding, SourceSpec
+from exporter.sources.power.estimate import ESTIMATED
 
 FIX_FAKE = "plug the fake meter in"
 
@@ -45,7 +45,7 @@ class FakeMeter:
         return [EnergyReading("board", "fake0", self.name, energy_uj=energy)]
 
 
-def probe_fake(config: Config, _earlier: Sequence[CheckResult]) -> Finding:
+def probe_fake(config: Config, _earlier: Sequence[CheckResult], _context: BuildContext) -> Finding:
     try:
         readings = FakeMeter(config.sysfs).read()
     except SourceAbsent as exc:
@@ -59,7 +59,7 @@ FAKE = SourceSpec(
     default_on=False,
     probe=probe_fake,
     fixes={ABSENT: FIX_FAKE},
-    build=lambda config: FakeMeter(config.sysfs),
+    build=lambda config, _context: FakeMeter(config.sysfs),
     workload_zones=(("board",),),
 )
 # preferred over RAPL: a node with both splits the board meter's energy
@@ -113,7 +113,12 @@ def test_it_is_built_and_read_when_switched_on(tmp_path: Path) -> None:
     built = power_sources(on, WITH_FAKE)
     assert [s.name for s in built] == ["fake", "hwmon"]
     assert list(built[0].read()) == [EnergyReading("board", "fake0", "fake", energy_uj=42)]
-    assert [s.name for s in power_sources(Config(sysfs=tmp_path), WITH_FAKE)] == ["rapl", "hwmon"]
+    # the estimate is a power source too: a fallback, read until a measured source reads
+    assert [s.name for s in power_sources(Config(sysfs=tmp_path), WITH_FAKE)] == [
+        "rapl",
+        "hwmon",
+        ESTIMATED,
+    ]
 
 
 def test_its_zones_are_split_among_workloads() -> None:

@@ -1,4 +1,4 @@
-"""exporter/runtime.py: the serving process's collector settings."""
+"""exporter/app/runtime.py: the serving process's collector settings."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.runtime import GC_GEN0_THRESHOLD, tune_for_serving
+from exporter.app.runtime import GC_GEN0_THRESHOLD, tune_for_serving
 
 
 @pytest.fixture

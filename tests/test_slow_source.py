@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 import pytest
 
 from exporter.accounting.deadline import BUSY, TIMEOUT
-from exporter.accounting.monitor import Monitor, MonitorSettings
-from exporter.config import IdlePower
-from exporter.readings import CpuTimes, EnergyReading, SourceError, TaskSample
-from exporter.snapshot import Snapshot
+from exporter.accounting.monitor import Monitor, MonitorParts
+from exporter.model.config import IdlePower
+from exporter.model.readings import CpuTimes, EnergyReading, SourceError, TaskSample
+from exporter.model.snapshot import Snapshot
 from tests.invariants import check_monotonic, check_snapshot
+from tests.support.monitor import monitor_settings
 
 INTERVAL_S = 0.4
 TIMEOUT_S = 0.15
@@ -147,11 +148,8 @@ def loop() -> Iterator[StartLoop]:
 
     def start(fast: CounterSource, slow: CounterSource) -> Loop:
         monitor = Monitor(
-            cpu=Host(),
-            activity=Host(),
-            power_sources=[fast, slow],
-            cpu_model=None,
-            settings=MonitorSettings(idle_power=IdlePower(default_w=1.0), read_timeout_s=TIMEOUT_S),
+            MonitorParts(cpu=Host(), activity=Host(), power=[fast, slow]),
+            monitor_settings(idle_power=IdlePower(default_w=1.0), read_timeout_s=TIMEOUT_S),
         )
         running = Loop(monitor)
         made.append((running, running.start()))
@@ -287,12 +285,7 @@ def test_activity_gap_does_not_recount_cpu_time() -> None:
 
     tasks = Tasks()
     monitor = Monitor(
-        cpu=Cpu(),
-        activity=tasks,
-        power_sources=[],
-        cpu_model=None,
-        settings=MonitorSettings(),
-        clock=lambda: clock[0],
+        MonitorParts(cpu=Cpu(), activity=tasks), monitor_settings(), clock=lambda: clock[0]
     )
     monitor.step()
     for failing in (False, True, True, False, False):

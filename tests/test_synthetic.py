@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cgroupfs.classify import classify_task
-from exporter.config import ActivitySource, Config, PodSource
-from exporter.sources.procfs.source import CLOCK_TICKS, ProcfsSource
-from exporter.sources.rapl import RaplSource
-from exporter.wiring import build_monitor
+from exporter.app.wiring import build_monitor
+from exporter.host.cgroupfs.classify import classify_task
+from exporter.host.procstat import CLOCK_TICKS
+from exporter.model.config import ActivitySource, Config, PodSource
+from exporter.sources.activity.procfs.source import ProcfsSource
+from exporter.sources.power.rapl import RaplSource
 from tests.benchmarks.synthetic import HostShape, SyntheticHost
 from tests.invariants import check_monotonic, check_snapshot
 

@@ -15,7 +15,7 @@ import time
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.config import HttpLimits
+from exporter.model.config import HttpLimits
 from exporter.web.http import HeadReader, HttpError
 from tests.props import PROPERTY
 

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.config import HttpLimits
-from exporter.server import EVICT_AFTER_S, Health, MetricsServer, make_server
-from exporter.snapshot import EMPTY_SNAPSHOT
+from exporter.model.config import HttpLimits
+from exporter.model.snapshot import EMPTY_SNAPSHOT
+from exporter.web.server import EVICT_AFTER_S, Health, MetricsServer, make_server
 from tests.websec_support import read_all, status_of
 
 LIMIT = 4

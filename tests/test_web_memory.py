@@ -1,7 +1,7 @@
 """Closed connections are freed when they close, not left to the cyclic garbage collector.
 
 CPython's asyncio socket transport holds a bound method of itself, a reference cycle. With the
-exporter's high collector thresholds (exporter/runtime.py) a flood of connections left tens of
+exporter's high collector thresholds (exporter/app/runtime.py) a flood of connections left tens of
 thousands of closed transports waiting for a full collection, and RSS grew by about 1 MiB every
 2 s under tests/benchmarks/attack.py's attack (90 MiB after 44 s, still rising; 55 MiB flat
 once the cycle is cut). The server cuts it when a connection is lost.
@@ -14,9 +14,9 @@ import socket
 import threading
 import time
 
-from exporter.config import HttpLimits
-from exporter.server import Health, make_server
-from exporter.snapshot import EMPTY_SNAPSHOT
+from exporter.model.config import HttpLimits
+from exporter.model.snapshot import EMPTY_SNAPSHOT
+from exporter.web.server import Health, make_server
 from tests.websec_support import read_all
 
 CONNECTIONS = 60

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import HttpLimits
-from exporter.server import Health, make_server
-from exporter.snapshot import EMPTY_SNAPSHOT, Snapshot
+from exporter.model.config import HttpLimits
+from exporter.model.snapshot import EMPTY_SNAPSHOT, Snapshot
+from exporter.web.server import Health, make_server
 from tests.fixturehost import FixtureHost
 from tests.running import ExporterProcess, start_exporter
 from tests.websec_support import raw_connection, read_all, request, status_of

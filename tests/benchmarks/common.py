@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exporter.config import ActivitySource, Config, PodSource
+from exporter.model.config import ActivitySource, Config, PodSource
 from tests.benchmarks.synthetic import HostShape, SyntheticHost
 from tests.nvml.build import EVENT_POLL_ENV, LIBRARY, SCENARIO_ENV, build_fake_nvml
 from tests.realparts import require_binary

@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from exporter.sources.drm.clients import RECHECK_EVERY
-from exporter.sources.drm.source import DrmSource
+from exporter.sources.gpu.drm.clients import RECHECK_EVERY
+from exporter.sources.gpu.drm.source import DrmSource
 from tests.benchmarks.synthetic import HostShape, SyntheticHost
 from tests.drmhost import ARC, RDNA3, amdgpu_fdinfo, write_card, write_fd, xe_fdinfo
 
@@ -125,7 +125,8 @@ def _doc(processes: int, table: list[str]) -> str:
     load = os.getloadavg()[0]
     return f"""# Benchmark: DRM GPU backend cost per interval
 
-What `DrmSource.read()` (exporter/sources/drm/source.py) costs per interval on the synthetic node
+What `DrmSource.read()` (exporter/sources/gpu/drm/source.py) costs per interval on the synthetic
+node
 (tests/benchmarks/synthetic.py) with {processes:,} processes, 110 pods and 1 % of the container
 processes replaced every interval. Each process has an fd directory in the kernel's layout (five
 fds: /dev/null x3, a socket, a pipe; kernel threads none); {GPU_PROCESSES} processes also hold a
@@ -137,7 +138,8 @@ Rerun: `python -m tests.benchmarks.drm_bench --write` (`--processes N` for anoth
 
 {chr(10).join(table)}
 
-- The incremental scan (exporter/sources/drm/clients.py) lists the fds of the processes that held
+- The incremental scan (exporter/sources/gpu/drm/clients.py) lists the fds of the processes that
+held
   a DRM fd at the last read, of new PIDs, and of a rotating 1/{RECHECK_EVERY} of the others; only
   fds that link to /dev/dri/ have their fdinfo read. The full walk is what a scan without that
   cache would cost. The first read walks everything either way.

@@ -47,8 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exporter.cgroupfs.ids import find_v2_root
-from exporter.sources.ebpf.load import RAW, SCHED_SWITCH, Loaded, bcc_environment, load
+from exporter.host.cgroupfs.ids import find_v2_root
+from exporter.sources.activity.ebpf.load import RAW, SCHED_SWITCH, Loaded, bcc_environment, load
 from tests.gpunodes import make_gpu_nodes
 from tests.running import parse_samples, select, start_exporter
 
@@ -531,7 +531,7 @@ def userspace_cost(
     the benchmark node: `processes` processes in all, the added ones in 110 pods x 3 containers
     of real cgroup v2 directories, each waking about once per interval. Both sources are loaded
     at once and read in alternating order every interval."""
-    from exporter.sources.ebpf.source import EbpfSource  # noqa: PLC0415
+    from exporter.sources.activity.ebpf.source import EbpfSource  # noqa: PLC0415
     from tests.benchmarks.livenode import kube_pods, processes_now, sleepers  # noqa: PLC0415
 
     proc, cgroupfs = Path("/proc"), Path("/sys/fs/cgroup")

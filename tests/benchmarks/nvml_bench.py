@@ -23,13 +23,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from exporter.accounting.attribution import attribute
-from exporter.cgroupfs.classify import classify_task
-from exporter.config import IdleAttribution, IdlePower
-from exporter.gpu.accounting import GpuAccounting
-from exporter.gpu.collect import gpu_families
-from exporter.readings import TaskSample
-from exporter.snapshot import EMPTY_SNAPSHOT
-from exporter.sources.nvml.source import NvmlSource
+from exporter.accounting.gpu import GpuAccounting
+from exporter.exposition.gpu import gpu_families
+from exporter.host.cgroupfs.classify import classify_task
+from exporter.model.config import IdleAttribution, IdlePower
+from exporter.model.readings import TaskSample
+from exporter.model.snapshot import EMPTY_SNAPSHOT
+from exporter.sources.gpu.nvml.source import NvmlSource
 from tests.nvml.build import LIBRARY, SCENARIO_ENV, build_fake_nvml
 from tests.nvml.pods import H100_PODS
 from tests.nvml.scenario import Scenario

@@ -18,7 +18,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from exporter.check import (
+from exporter.app.check import (
     FIX_UNKNOWN,
     MOUNT_PROCFS,
     MOUNT_SYSFS,
@@ -28,10 +28,11 @@ from exporter.check import (
     SourceCheck,
     run_checks,
 )
-from exporter.check.report import report, text_lines
-from exporter.config import Config
-from exporter.sources.nvml.check import MOUNT_LIBRARIES
-from exporter.sources.rapl import FIX_PERMISSION, FIX_RAPL_BARE_METAL, FIX_RAPL_VM
+from exporter.app.check.report import report, text_lines
+from exporter.model.config import Config
+from exporter.model.spec import BuildContext
+from exporter.sources.gpu.nvml.check import MOUNT_LIBRARIES
+from exporter.sources.power.rapl import FIX_PERMISSION, FIX_RAPL_BARE_METAL, FIX_RAPL_VM
 from tests.conftest import FIXTURES
 from tests.drmhost import RDNA3, write_card
 from tests.fixturehost import FixtureHost
@@ -300,10 +301,10 @@ def test_usage_errors_exit_2_with_one_line() -> None:
 
 
 def test_a_crashing_check_is_reported_not_raised(host: FixtureHost) -> None:
-    def broken(_config: Config, _earlier: Sequence[CheckResult]) -> Finding:
+    def broken(_config: Config, _earlier: Sequence[CheckResult], _context: BuildContext) -> Finding:
         raise KeyError("surprise")
 
-    def fine(_config: Config, _earlier: Sequence[CheckResult]) -> Finding:
+    def fine(_config: Config, _earlier: Sequence[CheckResult], _context: BuildContext) -> Finding:
         return Finding.works("1 thing", ["thing"])
 
     config = Config(procfs=host.procfs, sysfs=host.sysfs)
@@ -320,7 +321,7 @@ def test_a_crashing_check_is_reported_not_raised(host: FixtureHost) -> None:
 
 
 def test_a_failure_without_a_known_fix_still_gets_one(host: FixtureHost) -> None:
-    def vague(_config: Config, _earlier: Sequence[CheckResult]) -> Finding:
+    def vague(_config: Config, _earlier: Sequence[CheckResult], _context: BuildContext) -> Finding:
         return Finding(False, reason="weird", detail="something odd")
 
     (result,) = run_checks(Config(procfs=host.procfs), [SourceCheck("x", POWER, vague)])

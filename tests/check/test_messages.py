@@ -15,7 +15,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from exporter.sources.procfs.source import HOST_PID_NS
+from exporter.sources.activity.procfs.source import HOST_PID_NS
 from tests.ebpfparts import explicit_ebpf_refusal, require_ebpf
 from tests.realparts import require_binary
 from tests.running import REPO

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.config import parse_duration
+from exporter.model.config import parse_duration
 from tests.deploy.manifests import (
     DEPLOY,
     OVERLAYS,

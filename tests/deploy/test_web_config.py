@@ -20,7 +20,7 @@ import pytest
 import yaml
 from cryptography import x509
 
-from exporter.cli import cli
+from exporter.app.cli import cli
 from tests.deploy.manifests import (
     DEPLOY,
     Obj,

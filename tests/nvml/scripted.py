@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from exporter.gpu.readings import (
+from exporter.model.gpu_readings import (
     GpuProcess,
     GpuReading,
     GpuReadings,
     MigInstanceReading,
     ProcessUtilization,
 )
-from exporter.readings import CpuTimes, SourceError, TaskSample
+from exporter.model.readings import CpuTimes, SourceError, TaskSample
 from tests.nvml.pods import GpuPod
 
 GiB = 1024**3

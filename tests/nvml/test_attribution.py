@@ -7,8 +7,7 @@ import math
 import pytest
 
 from exporter.accounting.attribution import IDLE, ZoneEnergy, attribute
-from exporter.cgroupfs.classify import classify_cgroup
-from exporter.gpu.attribution import (
+from exporter.accounting.gpu_attribution import (
     EVEN,
     IOCTL,
     MEMORY,
@@ -20,7 +19,8 @@ from exporter.gpu.attribution import (
     match_holders,
     process_weights,
 )
-from exporter.identity import ContainerRef
+from exporter.host.cgroupfs.classify import classify_cgroup
+from exporter.model.identity import ContainerRef
 from tests.nvml.pods import POD_A, POD_B, POD_C
 from tests.nvml.scripted import GiB, gpu_reading, mig_instance
 

@@ -99,7 +99,8 @@ def idle_baseline(samples: Samples, gpu: int) -> dict[str, float]:
 def cgroup_tree(host: FixtureHost) -> None:
     """A cgroup v2 tree holding the GPU pods' containers: the /proc source then reads CPU time
     per cgroup (the default without --collector.process) and no process is a task, so the GPU
-    processes reach their pods through /proc/<pid>/cgroup (exporter/sources/procfs/pidowner.py)."""
+    processes reach their pods through /proc/<pid>/cgroup
+    (exporter/sources/activity/procfs/pidowner.py)."""
     root = host.sysfs / "fs" / "cgroup"
     root.mkdir(parents=True)
     (root / "cgroup.controllers").write_text("cpu io memory pids\n")

@@ -11,9 +11,9 @@ import math
 import pytest
 from rich.console import Console
 
-from exporter.top.frame import frame_between
-from exporter.top.render import Screen, render
-from exporter.top.scrape import from_text
+from exporter.app.top.frame import frame_between
+from exporter.app.top.render import Screen, render
+from exporter.app.top.scrape import from_text
 from tests.conftest import StartExporter
 from tests.drmhost import RDNA3, amdgpu_fdinfo, write_card, write_fd
 from tests.fixturehost import FixtureHost

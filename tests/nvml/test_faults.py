@@ -16,12 +16,12 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from exporter.accounting.monitor import Monitor, MonitorSettings
-from exporter.config import IdlePower
-from exporter.sources.hwmon import HwmonSource
-from exporter.sources.nvml.source import NvmlSource
-from exporter.sources.procfs.source import ProcfsSource
-from exporter.sources.rapl import RaplSource
+from exporter.accounting.monitor import Monitor, MonitorParts
+from exporter.model.config import IdlePower
+from exporter.sources.activity.procfs.source import ProcfsSource
+from exporter.sources.gpu.nvml.source import NvmlSource
+from exporter.sources.power.hwmon import HwmonSource
+from exporter.sources.power.rapl import RaplSource
 from tests.conftest import StartExporter
 from tests.faults_support import EPS_J, CounterWatch, node_energy, source_up
 from tests.fixturehost import FixtureHost
@@ -30,6 +30,7 @@ from tests.nvml.conftest import LoadScenario
 from tests.nvml.pods import H100_PODS, add_pods
 from tests.nvml.scenario import Scenario
 from tests.running import ExporterProcess, Samples, select
+from tests.support.monitor import monitor_settings
 
 Env = Callable[[Scenario], dict[str, str]]
 STEP_J = 5.0
@@ -68,12 +69,13 @@ def in_process(host: FixtureHost) -> Iterator[Callable[[NvmlSource], InProcessEx
     def start(nvml: NvmlSource) -> InProcessExporter:
         procfs = ProcfsSource(host.procfs)
         monitor = Monitor(
-            cpu=procfs,
-            activity=procfs,
-            power_sources=[RaplSource(host.sysfs), HwmonSource(host.sysfs)],
-            cpu_model=None,
-            settings=MonitorSettings(idle_power=IdlePower(default_w=0.0), read_timeout_s=2.0),
-            gpus=nvml,
+            MonitorParts(
+                cpu=procfs,
+                activity=procfs,
+                power=[RaplSource(host.sysfs), HwmonSource(host.sysfs)],
+                gpus=[nvml],
+            ),
+            monitor_settings(idle_power=IdlePower(default_w=0.0), read_timeout_s=2.0),
         )
         exp = InProcessExporter(monitor, interval_s=0.25)
         made.append(exp)

@@ -1,5 +1,6 @@
 """GPU processes the task list lacks (per-cgroup tasks): their container from /proc/<pid>/cgroup
-(exporter/sources/procfs/pidowner.py), through the monitor's GPU split and the holders rule."""
+(exporter/sources/activity/procfs/pidowner.py), through the monitor's GPU split and the holders
+rule."""
 
 from __future__ import annotations
 
@@ -8,17 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from exporter.accounting.monitor import Monitor, MonitorSettings
-from exporter.cgroupfs.classify import classify_cgroup
-from exporter.config import IdleAttribution
-from exporter.gpu.accounting import UNKNOWN_PROCESSES
-from exporter.readings import TaskSample
-from exporter.snapshot import Snapshot
-from exporter.sources.procfs.source import gpu_pid_owners
+from exporter.accounting.gpu import UNKNOWN_PROCESSES
+from exporter.accounting.monitor import Monitor, MonitorParts
+from exporter.host.cgroupfs.classify import classify_cgroup
+from exporter.model.config import IdleAttribution
+from exporter.model.readings import TaskSample
+from exporter.model.snapshot import Snapshot
+from exporter.sources.activity.procfs.source import gpu_pid_owners
 from tests.fixturehost import stat_line, write_atomic
 from tests.nvml.pods import POD_A, POD_B, GpuPod
 from tests.nvml.scripted import Clock, GiB, ScriptedGpus, StaticActivity, StaticCpu, gpu_reading
 from tests.nvml.test_monitor_gpu import IDLE_20W, by_container, gpu_mode, step
+from tests.support.monitor import monitor_settings
 
 
 def add(procfs: Path, pod: GpuPod, start: int) -> None:
@@ -73,15 +75,15 @@ def test_a_garbage_stat_is_not_resolved(tmp_path: Path) -> None:
 
 def monitor(tmp_path: Path, gpus: ScriptedGpus, clock: Clock, policy: IdleAttribution) -> Monitor:
     return Monitor(
-        cpu=StaticCpu(),
-        activity=StaticActivity([bucket(POD_A, 1), bucket(POD_B, 2)]),
-        power_sources=[],
-        cpu_model=None,
-        settings=MonitorSettings(idle_power=IDLE_20W, idle_policy=policy),
+        MonitorParts(
+            cpu=StaticCpu(),
+            activity=StaticActivity([bucket(POD_A, 1), bucket(POD_B, 2)]),
+            gpus=[gpus] if gpus is not None else [],
+            gpu_pids=gpu_pid_owners(tmp_path).resolve,
+        ),
+        monitor_settings(idle_power=IDLE_20W, idle_policy=policy),
         clock=clock,
         wall_clock=clock,
-        gpus=gpus,
-        gpu_pids=gpu_pid_owners(tmp_path).resolve,
     )
 
 

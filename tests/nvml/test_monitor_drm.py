@@ -8,16 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from exporter.accounting.monitor import Monitor, MonitorSettings
-from exporter.gpu.backend import GpuBackend
-from exporter.readings import SourceAbsent
-from exporter.snapshot import Snapshot
-from exporter.sources.drm.source import DrmSource
+from exporter.accounting.monitor import Monitor, MonitorParts
+from exporter.model.ports import GpuBackend
+from exporter.model.readings import SourceAbsent
+from exporter.model.snapshot import Snapshot
+from exporter.sources.gpu.drm.source import DrmSource
 from tests.drmhost import ARC, PID_A, PID_ARC, PID_B, RDNA3, amdgpu_fdinfo, write_fd, xe_fdinfo
 from tests.nvml.pods import POD_A, POD_B, POD_C, GpuPod
 from tests.nvml.scripted import Clock, GiB, ScriptedGpus, StaticActivity, StaticCpu, gpu_reading
 from tests.nvml.scripted import task as nvml_task
 from tests.nvml.test_monitor_gpu import IDLE_20W, assert_gpu_invariants, by_pod, gpu_energy
+from tests.support.monitor import monitor_settings
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "drm"
 # the fixture tree's GPU processes, as pods (tests/drmhost.py's PIDs)
@@ -37,15 +38,14 @@ def monitor(
     clock: Clock, primary: GpuBackend, *more: GpuBackend, pods: tuple[GpuPod, ...]
 ) -> Monitor:
     return Monitor(
-        cpu=StaticCpu(),
-        activity=StaticActivity([nvml_task(p) for p in pods]),
-        power_sources=[],
-        cpu_model=None,
-        settings=MonitorSettings(idle_power=IDLE_20W, with_processes=True),
+        MonitorParts(
+            cpu=StaticCpu(),
+            activity=StaticActivity([nvml_task(p) for p in pods]),
+            gpus=[primary, *more],
+        ),
+        monitor_settings(idle_power=IDLE_20W, with_processes=True),
         clock=clock,
         wall_clock=clock,
-        gpus=primary,
-        more_gpus=more,
     )
 
 

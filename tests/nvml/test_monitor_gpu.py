@@ -14,15 +14,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.accounting.monitor import Monitor, MonitorSettings
-from exporter.config import IdleAttribution, IdlePower
-from exporter.gpu.accounting import UNKNOWN_PROCESSES
-from exporter.gpu.attribution import GpuHolders
-from exporter.gpu.readings import MigInstanceReading
-from exporter.gpu.snapshot import ENERGY_COUNTER, POWER_INTEGRAL
-from exporter.identity import ContainerRef
-from exporter.readings import SourceError, TaskSample
-from exporter.snapshot import Snapshot
+from exporter.accounting.gpu import UNKNOWN_PROCESSES
+from exporter.accounting.gpu_attribution import GpuHolders
+from exporter.accounting.monitor import Monitor, MonitorParts
+from exporter.model.config import IdleAttribution, IdlePower
+from exporter.model.gpu_readings import MigInstanceReading
+from exporter.model.gpu_snapshot import ENERGY_COUNTER, POWER_INTEGRAL
+from exporter.model.identity import ContainerRef
+from exporter.model.readings import SourceError, TaskSample
+from exporter.model.snapshot import Snapshot
 from tests.nvml.pods import H100_PODS, POD_A, POD_B, POD_C, POD_D, GpuPod
 from tests.nvml.scripted import (
     Clock,
@@ -34,6 +34,8 @@ from tests.nvml.scripted import (
     mig_instance,
     task,
 )
+from tests.support.identity import StaticIdentity
+from tests.support.monitor import monitor_settings
 
 IDLE_20W = IdlePower(per_zone_w=(("gpu", 20.0),))
 REL = 1e-9
@@ -50,15 +52,15 @@ def make_monitor(
     ioctls: Callable[[TaskSample], int] | None = None,
 ) -> Monitor:
     return Monitor(
-        cpu=StaticCpu(),
-        activity=StaticActivity(list(tasks), ioctls=ioctls),
-        power_sources=[],
-        cpu_model=None,
-        settings=MonitorSettings(idle_power=idle, idle_policy=policy, with_processes=True),
+        MonitorParts(
+            cpu=StaticCpu(),
+            activity=StaticActivity(list(tasks), ioctls=ioctls),
+            gpus=[gpus] if gpus is not None else [],
+            identity=StaticIdentity(holders=holders),
+        ),
+        monitor_settings(idle_power=idle, idle_policy=policy, with_processes=True),
         clock=clock,
         wall_clock=clock,
-        gpus=gpus,
-        gpu_holders=holders,
     )
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from exporter.gpu.readings import GpuProcess, GpuReading, GpuReadings
-from exporter.readings import ABSENT, SourceAbsent, SourceError
-from exporter.sources.nvml.source import NvmlSource, merge_processes, sum_utilization
+from exporter.model.gpu_readings import GpuProcess, GpuReading, GpuReadings
+from exporter.model.readings import ABSENT, SourceAbsent, SourceError
+from exporter.sources.gpu.nvml.source import NvmlSource, merge_processes, sum_utilization
 from tests.nvml.conftest import LoadScenario
 from tests.nvml.scenario import Scenario
 
@@ -118,7 +118,7 @@ def test_unsupported_field_is_dropped_and_logged_once(
     s["gpu.1.error.ecc"] = pynvml.NVML_ERROR_NOT_SUPPORTED
     s.write()
     source = new_source(sources, tmp_path)
-    with caplog.at_level(logging.INFO, logger="exporter.sources.nvml.source"):
+    with caplog.at_level(logging.INFO, logger="exporter.sources.gpu.nvml.source"):
         for _ in range(3):
             reading = source.read()
     assert gpu(reading, 1).ecc_corrected is None
@@ -158,7 +158,7 @@ def test_transient_error_costs_one_interval(
     s["gpu.2.error.energy"] = pynvml.NVML_ERROR_UNKNOWN
     s.write()
     source = new_source(sources, tmp_path)
-    with caplog.at_level(logging.WARNING, logger="exporter.sources.nvml.source"):
+    with caplog.at_level(logging.WARNING, logger="exporter.sources.gpu.nvml.source"):
         assert gpu(source.read(), 2).energy_mj is None
         assert gpu(source.read(), 2).energy_mj is None
     assert sum("total energy counter" in r.getMessage() for r in caplog.records) == 1
@@ -195,7 +195,7 @@ def test_mig_devices_and_their_processes(
 ) -> None:
     scenario("a100-mig")
     source = new_source(sources, tmp_path)
-    with caplog.at_level(logging.INFO, logger="exporter.sources.nvml.source"):
+    with caplog.at_level(logging.INFO, logger="exporter.sources.gpu.nvml.source"):
         source.read()
         g0 = gpu(source.read(), 0)
     assert g0.mig_enabled is True

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from exporter.gpu.readings import GpuReading
-from exporter.gpu.snapshot import GpuCounters, GpuEnergy
-from exporter.readings import SourceStatus
-from exporter.snapshot import (
+from exporter.model.gpu_readings import GpuReading
+from exporter.model.gpu_snapshot import GpuCounters, GpuEnergy
+from exporter.model.readings import SourceStatus
+from exporter.model.snapshot import (
     EMPTY_SNAPSHOT,
     ContainerCounters,
     Energy,

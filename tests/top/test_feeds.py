@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.collector import SnapshotCollector
-from exporter.snapshot import Snapshot
-from exporter.top.feeds import FeedEvent, HttpFeed, Problem, Scraped, interval_marker
+from exporter.app.top.feeds import FeedEvent, HttpFeed, Problem, Scraped, interval_marker
+from exporter.exposition.collector import SnapshotCollector
+from exporter.model.snapshot import Snapshot
 from tests.top.snapshots import snapshot
 
 URL = "http://node:28390/metrics"

@@ -5,10 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.collector import SnapshotCollector
-from exporter.readings import SourceStatus
-from exporter.snapshot import NodeZoneEnergy, Snapshot
-from exporter.top.frame import (
+from exporter.app.top.frame import (
     Frame,
     SortKey,
     View,
@@ -17,7 +14,10 @@ from exporter.top.frame import (
     frame_between,
     sort_rows,
 )
-from exporter.top.scrape import Scrape, WorkloadId, from_snapshot, from_text
+from exporter.app.top.scrape import Scrape, WorkloadId, from_snapshot, from_text
+from exporter.exposition.collector import SnapshotCollector
+from exporter.model.readings import SourceStatus
+from exporter.model.snapshot import NodeZoneEnergy, Snapshot
 from tests.top.snapshots import container, gpu, snapshot
 
 POD_UID = "5f1c3e2a-8b4d-4c6e-9f0a-1b2c3d4e5f60"

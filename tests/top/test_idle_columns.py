@@ -8,9 +8,9 @@ import io
 import pytest
 from rich.console import Console
 
-from exporter.top.frame import Frame, SortKey, View, frame_between, sort_rows
-from exporter.top.render import Screen, render
-from exporter.top.scrape import from_text
+from exporter.app.top.frame import Frame, SortKey, View, frame_between, sort_rows
+from exporter.app.top.render import Screen, render
+from exporter.app.top.scrape import from_text
 
 TRAIN = "11111111-aaaa-4bbb-8ccc-000000000001"
 WEB = "22222222-aaaa-4bbb-8ccc-000000000002"

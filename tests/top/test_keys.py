@@ -6,7 +6,7 @@ import os
 import queue
 import termios
 
-from exporter.top.keys import KeyReader, keys_of
+from exporter.app.top.keys import KeyReader, keys_of
 
 
 def test_escape_sequences_are_not_keys() -> None:

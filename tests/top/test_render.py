@@ -8,11 +8,11 @@ import time
 import pytest
 from rich.console import Console, RenderableType
 
-from exporter.readings import SourceStatus
-from exporter.snapshot import ContainerCounters, NodeZoneEnergy
-from exporter.top.frame import Frame, SortKey, View, frame_between
-from exporter.top.render import MIN_WORKLOAD_ROWS, Screen, render
-from exporter.top.scrape import from_snapshot
+from exporter.app.top.frame import Frame, SortKey, View, frame_between
+from exporter.app.top.render import MIN_WORKLOAD_ROWS, Screen, render
+from exporter.app.top.scrape import from_snapshot
+from exporter.model.readings import SourceStatus
+from exporter.model.snapshot import ContainerCounters, NodeZoneEnergy
 from tests.top.snapshots import container, gpu, snapshot
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from exporter.top.app import TopState
-from exporter.top.feeds import HttpFeed, Problem, Scraped
-from exporter.top.frame import SortKey, View
-from exporter.top.render import Screen
-from exporter.top.scrape import from_snapshot
+from exporter.app.top.app import TopState
+from exporter.app.top.feeds import HttpFeed, Problem, Scraped
+from exporter.app.top.frame import SortKey, View
+from exporter.app.top.render import Screen
+from exporter.app.top.scrape import from_snapshot
 from tests.top.snapshots import container, snapshot
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.top.render import WORKLOAD_COLUMNS
+from exporter.app.top.render import WORKLOAD_COLUMNS
 from tests.conftest import StartExporter
 from tests.fixturehost import FixtureHost
 from tests.nvml.build import SCENARIO_ENV
