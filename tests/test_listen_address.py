@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from click.testing import CliRunner
 
-from exporter import cli as cli_module
+from exporter.app import cli as cli_module
 from exporter.web.listen import format_address, listen_problem
 
 

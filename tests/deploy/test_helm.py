@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from exporter.registry import REGISTRY
+from exporter.app.registry import REGISTRY
 from tests.deploy.helmchart import (
     CHART,
     HELM_LABELS,
