@@ -46,7 +46,13 @@ def render(values: dict[str, Any] | None = None) -> list[Obj]:
     manifests: dict[str, str] = _chart().render(
         copy.deepcopy(values or {}), name="wattprobe", namespace=NAMESPACE
     )
-    return [doc for _, text in sorted(manifests.items()) for doc in yaml.safe_load_all(text) if doc]
+    return [
+        doc
+        for path, text in sorted(manifests.items())
+        if not path.endswith("NOTES.txt")  # printed after an install, not applied
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
 
 
 def render_profile(profile: str, **extra: Any) -> list[Obj]:
