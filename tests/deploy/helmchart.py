@@ -43,9 +43,13 @@ def _chart() -> Any:
 
 def render(values: dict[str, Any] | None = None) -> list[Obj]:
     """`helm template` of the chart with these values, release in namespace wattprobe."""
-    manifests: dict[str, str] = _chart().render(
-        copy.deepcopy(values or {}), name="wattprobe", namespace=NAMESPACE
+    return parse(
+        _chart().render(copy.deepcopy(values or {}), name="wattprobe", namespace=NAMESPACE)
     )
+
+
+def parse(manifests: dict[str, str]) -> list[Obj]:
+    """The objects of a render's output (template path -> text), in template order."""
     return [
         doc
         for path, text in sorted(manifests.items())

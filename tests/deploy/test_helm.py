@@ -19,6 +19,7 @@ from tests.deploy.helmchart import (
     PROFILES,
     helm,
     keyed,
+    parse,
     profile_values,
     render,
     render_profile,
@@ -288,3 +289,16 @@ def test_schema_knows_every_collector() -> None:
     names = set(REGISTRY.collector_defaults)
     names |= {alias for aliases in REGISTRY.collector_aliases.values() for alias in aliases}
     assert set(schema["properties"]["collectors"]["propertyNames"]["enum"]) == names
+
+
+def test_packaged_chart_renders_the_same(tmp_path: Path) -> None:
+    """`helm package` keeps files/generated (rules, dashboards, forwarder config) and the ci/
+    profiles: the archive renders what the directory renders."""
+    archive = helm().package(str(CHART), destination=str(tmp_path))
+    with helm().Chart.load(archive) as packaged:
+        rendered = packaged.render(
+            profile_values("kubeedge"), name="wattprobe", namespace="wattprobe"
+        )
+    from_archive = parse(rendered)
+    assert from_archive == render_profile("kubeedge")
+    assert any(o["kind"] == "PrometheusRule" for o in from_archive)
