@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -302,3 +303,18 @@ def test_packaged_chart_renders_the_same(tmp_path: Path) -> None:
     from_archive = parse(rendered)
     assert from_archive == render_profile("kubeedge")
     assert any(o["kind"] == "PrometheusRule" for o in from_archive)
+
+
+def test_every_overlay_has_a_profile() -> None:
+    """One values file per kustomize overlay (ci/<overlay>-values.yaml), so that every overlay
+    is compared with the chart above; a new overlay needs its profile."""
+    overlays = {p.name for p in (REPO / "deploy" / "overlays").iterdir() if p.is_dir()}
+    profiles = {p.name.removesuffix("-values.yaml") for p in (CHART / "ci").glob("*-values.yaml")}
+    assert profiles == overlays == set(PROFILES)
+
+
+def test_schema_is_valid_json_schema() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    jsonschema.Draft7Validator.check_schema(schema)
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert not list(jsonschema.Draft7Validator(schema).iter_errors(defaults))
