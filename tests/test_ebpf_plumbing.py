@@ -246,5 +246,5 @@ def test_per_process_entries_only_with_the_process_collector(
     activity_source(config, ProcfsSource(Path("/proc")))
     wanted = REGISTRY.enabled(config, PROCESS)
     assert asked == [wanted]
-    assert wants_processes(config) == wanted
+    assert wants_processes(REGISTRY.resolve(config)) == wanted
     assert wanted == (collectors is not None and "process" in collectors)
