@@ -44,6 +44,7 @@ def activity_source(
 
     /proc/stat (node busy/idle) comes from procfs whichever source measures tasks.
     """
+    config = REGISTRY.resolve(config)
     if config.activity_source is ActivityChoice.PROCFS:
         return procfs, ()
     try:

@@ -345,7 +345,8 @@ CATALOGUE = CATALOGUE + KUBE_CATALOGUE
 BY_NAME = {spec.name: spec for spec in CATALOGUE}
 
 
-# What one pod costs in series (issue 22's budget: <= 10 by default). tests/test_series_per_pod.py
+# What one pod costs in series (issue 22's budget: <= 10 by default).
+# tests/system/test_series_per_pod.py
 # counts them on a synthetic node and holds the default to the budget.
 SERIES_PER_POD = (
     "## Series per pod",

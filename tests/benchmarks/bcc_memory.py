@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.benchmarks.common import REPO, Figure, Section, machine_load, read_proc_memory_mib
-from tests.realparts import require_root
-from tests.running import start_exporter
+from tests.support.realparts import require_root
+from tests.support.running import start_exporter
 
 COMMAND = "python -m tests.benchmarks --only memory"
 VARIANTS = ("procfs", "in-process", "child")

@@ -31,9 +31,9 @@ from exporter.accounting.monitor import Monitor, MonitorParts
 from exporter.sources.activity.procfs.source import ProcfsSource
 from exporter.sources.power.hwmon import HwmonSource
 from exporter.sources.power.rapl import RaplSource
-from tests.conftest import FIXTURES
-from tests.fixturehost import FixtureHost
+from tests.support.fixturehost import FixtureHost
 from tests.support.monitor import monitor_settings
+from tests.support.paths import FIXTURES
 
 BATCH = 50
 INTERVAL_S = 5.0

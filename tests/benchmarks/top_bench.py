@@ -28,7 +28,7 @@ from exporter.app.top.render import Screen, render
 from exporter.app.top.scrape import from_snapshot, from_text
 from exporter.exposition.collector import SnapshotCollector
 from exporter.model.snapshot import ContainerCounters, NodeZoneEnergy, Snapshot
-from tests.top.snapshots import container, gpu, snapshot
+from tests.app.top.snapshots import container, gpu, snapshot
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "benchmarks-top.md"

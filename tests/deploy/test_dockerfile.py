@@ -22,7 +22,7 @@ import pytest
 
 from exporter import __version__
 from tests.deploy.manifests import DEPLOY, IMAGE_REPOSITORY, OVERLAYS, REPO, build, env_of, of_kind
-from tests.realparts import missing, require_binary
+from tests.support.realparts import missing, require_binary
 
 DOCKERFILE = DEPLOY / "Dockerfile"
 IGNORE = DEPLOY / "Dockerfile.dockerignore"
