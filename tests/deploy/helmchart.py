@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from tests.deploy.manifests import DEPLOY, Obj
-from tests.realparts import missing
+from tests.support.realparts import missing
 
 CHART = DEPLOY / "helm" / "wattprobe"
 # one values file per kustomize overlay: ci/<overlay>-values.yaml
