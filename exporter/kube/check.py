@@ -7,15 +7,15 @@ still serves every series, with IDs.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from exporter.kube.apiserver import ApiserverPodSource
 from exporter.kube.cdi import CdiIndex, CdiScanner
 from exporter.kube.gpus import (
     ClaimDevice,
-    GpuDirectory,
     Holdings,
     device_minors,
+    gpu_resources_with,
     is_gpu_resource,
     mig_capability_minors,
     resolve_holdings,
@@ -32,8 +32,16 @@ from exporter.kube.kubeapi import KubeClient
 from exporter.kube.kubelet import parse_pod_list
 from exporter.kube.pods import PodStore
 from exporter.model.config import Config, PodSource
+from exporter.model.gpu_directory import GpuDirectory
 from exporter.model.readings import SourceError
-from exporter.model.spec import IDENTITY, KUBERNETES, CheckResult, SourceSpec
+from exporter.model.spec import (
+    IDENTITY,
+    KUBERNETES,
+    BuildContext,
+    CheckResult,
+    DevicePlugin,
+    SourceSpec,
+)
 
 RBAC = "see docs/kubernetes.md (RBAC)"
 
@@ -112,19 +120,18 @@ def _list_pods(config: Config, mode: PodSource, environ: Mapping[str, str]) -> s
     return f"{len(listed)} pods on node {config.node_name} from {url}"
 
 
-def _podresources(config: Config) -> CheckResult:
+def _podresources(config: Config, plugins: Sequence[DevicePlugin]) -> CheckResult:
     # imported here: grpc is loaded only where PodResources is used
     from exporter.kube.podresources.client import PodResourcesClient  # noqa: PLC0415
 
     assert config.podresources_socket is not None
     client = PodResourcesClient(config.podresources_socket, timeout_s=config.kube_timeout_s)
+    resources = gpu_resources_with(config.gpu_resources, plugins)
     try:
         listed, claims = client.list_all()
         try:
             allocatable = sum(
-                1
-                for r, _ in client.allocatable_devices()
-                if is_gpu_resource(r, config.gpu_resources)
+                1 for r, _ in client.allocatable_devices() if is_gpu_resource(r, resources)
             )
             also = f", {allocatable} allocatable GPU devices"
         except SourceError as exc:
@@ -133,14 +140,16 @@ def _podresources(config: Config) -> CheckResult:
         return _failure("podresources", exc)
     finally:
         client.close()
-    devices = [d for d in listed if is_gpu_resource(d.resource, config.gpu_resources)]
+    devices = [d for d in listed if is_gpu_resource(d.resource, resources)]
     cdi = CdiScanner(config.cdi_spec_dirs).scan()
     # no NVML here: the driver's minor numbers (and MIG capabilities) stand for the node's GPUs
     directory = GpuDirectory(
         index_by_minor={m: str(m) for m in device_minors(config.procfs).values()},
         mig_by_cap_minor=mig_capability_minors(config.procfs),
     )
-    held = resolve_holdings(devices, claims, cdi, directory, gpu_resources=config.gpu_resources)
+    held = resolve_holdings(
+        devices, claims, cdi, directory, gpu_resources=config.gpu_resources, plugins=plugins
+    )
     holders = len({(h.namespace, h.pod, h.container) for h in held.holdings})
     found = (
         f"{len(held.holdings)} GPU allocations to {holders} containers "
@@ -174,7 +183,14 @@ def _allocation_items(held: Holdings, cdi: CdiIndex, claims: list[ClaimDevice]) 
     return tuple(items)
 
 
-def kube_checks(config: Config, environ: Mapping[str, str] | None = None) -> list[CheckResult]:
+def kube_checks(
+    config: Config,
+    context: BuildContext | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> list[CheckResult]:
+    """The kubernetes group: the pod source the configuration picks and PodResources (with
+    the enabled GPU vendors' device plugins from context)."""
+    plugins = context.device_plugins if context is not None else ()
     env = os.environ if environ is None else environ
     mode = resolve_pod_source(config.pod_source, env)
     results: list[CheckResult] = []
@@ -194,7 +210,7 @@ def kube_checks(config: Config, environ: Mapping[str, str] | None = None) -> lis
     else:
         results.append(_pods(config, mode, env))
     if podresources_wanted(config, mode):
-        results.append(_podresources(config))
+        results.append(_podresources(config, plugins))
     elif config.podresources_socket is not None and not node_has_gpus(config.procfs):
         results.append(
             CheckResult(

@@ -19,13 +19,12 @@ from typing import TYPE_CHECKING, Protocol
 from exporter.kube.apiserver import ApiserverPodSource
 from exporter.kube.cdi import CdiScanner
 from exporter.kube.gpus import (
-    EMPTY_DIRECTORY,
     EMPTY_HOLDINGS,
     VOLCANO_VGPU,
     DeviceAssignment,
-    GpuDirectory,
     Holdings,
     allocations_of,
+    gpu_resources_with,
     holders_in,
     resolve_holdings,
 )
@@ -33,9 +32,11 @@ from exporter.kube.kubeapi import Endpoint, KubeClient
 from exporter.kube.kubelet import KubeletPodSource
 from exporter.kube.pods import KubeNames, PodIndex, PodStore
 from exporter.model.config import DEFAULT_GPU_RESOURCES, Config, PodSource
+from exporter.model.gpu_directory import EMPTY_DIRECTORY, GpuDirectory
 from exporter.model.identity import ContainerRef, NoNames, WorkloadNames
 from exporter.model.readings import SourceStatus
 from exporter.model.snapshot import GpuAllocation, PodInfo
+from exporter.model.spec import DevicePlugin
 
 if TYPE_CHECKING:  # the poller's module loads grpc; only its type is needed here
     from exporter.kube.podresources.poller import Assignments
@@ -145,12 +146,15 @@ class KubeWorkloads:
         on_unknown: Callable[[], None] | None = None,
         gpu_resources: Sequence[str] = DEFAULT_GPU_RESOURCES,
         gpu_directory: Callable[[], GpuDirectory] = lambda: EMPTY_DIRECTORY,
+        device_plugins: Sequence[DevicePlugin] = (),
     ) -> None:
         self.store = store
         self.pod_source = pod_source
         self.podresources = podresources
         self._label_keys = tuple(label_keys)
         self._gpu_resources = tuple(gpu_resources)
+        # GPU vendors' device plugins besides NVIDIA's grammar (their SPECs' device_plugins)
+        self._plugins = tuple(device_plugins)
         # names the GPUs PodResources lists (by UUID, index or minor): exporter/kube/gpus.py
         self._directory = gpu_directory
         # the last resolution, kept while its inputs are the same objects (one per interval)
@@ -166,6 +170,7 @@ class KubeWorkloads:
         environ: Mapping[str, str] | None = None,
         *,
         gpu_directory: Callable[[], GpuDirectory] = lambda: EMPTY_DIRECTORY,
+        device_plugins: Sequence[DevicePlugin] = (),
     ) -> KubeWorkloads:
         env = os.environ if environ is None else environ
         mode = resolve_pod_source(config.pod_source, env)
@@ -191,7 +196,7 @@ class KubeWorkloads:
                 interval_s=config.kube_poll_interval_s,
                 ttl_s=config.kube_metadata_ttl_s,
                 cdi=CdiScanner(config.cdi_spec_dirs),
-                gpu_resources=config.gpu_resources,
+                gpu_resources=gpu_resources_with(config.gpu_resources, device_plugins),
             )
         return cls(
             store=store,
@@ -201,6 +206,7 @@ class KubeWorkloads:
             on_unknown=on_unknown,
             gpu_resources=config.gpu_resources,
             gpu_directory=gpu_directory,
+            device_plugins=device_plugins,
         )
 
     # -- lifecycle --------------------------------------------------------------------
@@ -252,6 +258,7 @@ class KubeWorkloads:
             latest.cdi,
             directory,
             gpu_resources=self._gpu_resources,
+            plugins=self._plugins,
             assigned=_volcano_assigned(index) if index is not None else None,
         )
         self._resolved = (latest, directory, index, got)
