@@ -35,7 +35,6 @@ from exporter.model.config import (
     HttpLimits,
     IdleAttribution,
     IdlePower,
-    PodSource,
     parse_duration,
     parse_listen_address,
 )
@@ -324,9 +323,8 @@ def _config(**kw: Any) -> Config:
     collectors = collectors_of(kw)
     kw["activity_source"] = ActivitySource(kw["activity_source"])
     kw["ebpf_gpu_ioctls"] = GpuIoctls(kw["ebpf_gpu_ioctls"])
-    for key in ("attribution_idle", "pod_source"):
-        if key in kw:
-            kw[key] = {"attribution_idle": IdleAttribution, "pod_source": PodSource}[key](kw[key])
+    if "attribution_idle" in kw:
+        kw["attribution_idle"] = IdleAttribution(kw["attribution_idle"])
     if "listen_address" in kw:
         kw["listen_host"], kw["listen_port"] = kw.pop("listen_address")
     return Config(collectors=collectors, **kw)
