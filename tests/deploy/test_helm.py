@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from exporter.app.registry import REGISTRY
+from exporter.kube.podsources import choices as pod_source_choices
 from tests.deploy.helmchart import (
     CHART,
     HELM_LABELS,
@@ -290,9 +291,11 @@ def test_schema_rejects_bad_values(values: dict[str, Any], message: str) -> None
     assert message in str(refused.value)
 
 
-def test_schema_knows_every_collector() -> None:
-    """The schema's collector names are the registry's (the --collector.NAME flags)."""
+def test_schema_knows_every_collector_and_pod_source() -> None:
+    """The schema's collector names are the registry's (the --collector.NAME flags), its pod
+    sources --kube.pod-source's choices."""
     schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["properties"]["podSource"]["enum"] == pod_source_choices()
     names = set(REGISTRY.collector_defaults)
     names |= {alias for aliases in REGISTRY.collector_aliases.values() for alias in aliases}
     assert set(schema["properties"]["collectors"]["propertyNames"]["enum"]) == names
