@@ -7,11 +7,10 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from tests import running
-from tests.fixturehost import FixtureHost
-from tests.running import ExporterProcess, start_exporter
-
-FIXTURES = Path(__file__).parent / "fixtures"
+from tests.support import running
+from tests.support.fixturehost import FixtureHost
+from tests.support.paths import FIXTURES
+from tests.support.running import ExporterProcess, start_exporter
 
 # CI replays the same examples on every run, so a landing never depends on luck; locally every
 # run explores new ones (and keeps failures in .hypothesis/ to replay them: a case found that way

@@ -27,18 +27,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from exporter.accounting.attribution import ACTIVE, IDLE, EnergyKey, ZoneEnergy
-from exporter.readings import TaskKey
+from exporter.accounting.deadline import BUSY, TIMEOUT
+from exporter.model.readings import SourceStatus, TaskKey
+from exporter.model.snapshot import UNATTRIBUTED_FAILED, UNATTRIBUTED_LATE
 
 # How many intervals without an activity reading are held before the oldest is given up. Three
 # covers a read that misses one or two deadlines on a loaded node (the deadline reader hands a
 # late result to the next interval) without holding energy for long.
 HOLD_INTERVALS = 3
 
-# Why energy could not be attributed: the activity read gave nothing in time (still running or
-# timed out), or it failed. A bounded set: it is a label value.
-LATE = "late"
-FAILED = "failed"
-REASONS = (LATE, FAILED)
+# Why energy could not be attributed (a label value, so defined with the Snapshot's fields)
+LATE = UNATTRIBUTED_LATE
+FAILED = UNATTRIBUTED_FAILED
 
 _COMPACT_AT = 64
 
@@ -49,6 +49,14 @@ class _Gap:
 
     reason: str
     amounts: Mapping[EnergyKey, float]
+
+
+def gap_reason(have_tasks: bool, statuses: Sequence[SourceStatus]) -> str:
+    """ "" when the interval has an activity reading, else why not: LATE when a read missed its
+    deadline (timed out, or the one before still runs), FAILED otherwise."""
+    if have_tasks:
+        return ""
+    return LATE if any(s.reason in (TIMEOUT, BUSY) for s in statuses if not s.up) else FAILED
 
 
 class PendingEnergy:
