@@ -380,6 +380,7 @@ def test_kubelet_unreachable(host: FixtureHost) -> None:
     assert "FAIL kubelet" in result.text
 
 
+@pytest.mark.slow
 def test_collector_process_is_flagged_not_for_billing(host: FixtureHost) -> None:
     """A warning, not a failure: per-process series work, but their split is not billing-grade
     (measured against cpu.stat in docs/attribution.md)."""
