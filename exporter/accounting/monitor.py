@@ -197,7 +197,7 @@ class Monitor:
         # energy without its activity reading waits for it (accounting/pending.py)
         return self._pending.settle(
             zones,
-            gap=gap_reason(read.tasks is not None, read.statuses),
+            gap=gap_reason(read.tasks is not None, read.statuses, self._parts.activity.name),
             weights=activity.cpu_deltas,
             idle_weights=idle_weights,
         )

@@ -51,12 +51,14 @@ class _Gap:
     amounts: Mapping[EnergyKey, float]
 
 
-def gap_reason(have_tasks: bool, statuses: Sequence[SourceStatus]) -> str:
-    """ "" when the interval has an activity reading, else why not: LATE when a read missed its
-    deadline (timed out, or the one before still runs), FAILED otherwise."""
+def gap_reason(have_tasks: bool, statuses: Sequence[SourceStatus], source: str) -> str:
+    """Why an interval has no activity reading: LATE when the activity source's read missed its
+    deadline (timed out, or the one before still runs), FAILED otherwise; "" when it has one.
+    source: the activity source's name in the statuses."""
     if have_tasks:
         return ""
-    return LATE if any(s.reason in (TIMEOUT, BUSY) for s in statuses if not s.up) else FAILED
+    mine = [s for s in statuses if s.source == source and not s.up]
+    return LATE if any(s.reason in (TIMEOUT, BUSY) for s in mine) else FAILED
 
 
 class PendingEnergy:

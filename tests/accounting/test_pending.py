@@ -157,9 +157,12 @@ def test_every_joule_is_released_given_up_or_held_exactly(
 def test_the_gap_reason_from_the_round_statuses() -> None:
     late = SourceStatus("procfs", False, TIMEOUT, "no answer within 1s")
     failed = SourceStatus("procfs", False, "read error", "injected")
-    assert gap_reason(True, [late]) == ""
-    assert gap_reason(False, [late]) == LATE
-    assert gap_reason(False, [failed]) == FAILED
+    power_late = SourceStatus("rapl", False, TIMEOUT, "no answer within 1s")
+    assert gap_reason(True, [late], "procfs") == ""
+    assert gap_reason(False, [late], "procfs") == LATE
+    assert gap_reason(False, [failed], "procfs") == FAILED
+    # another source's timeout says nothing about why the activity read gave nothing
+    assert gap_reason(False, [failed, power_late], "procfs") == FAILED
 
 
 def advance(host: FakeHost, clock: Clock, work: dict[int, float], joules: float) -> None:
