@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from tests.conftest import StartExporter
 from tests.kube.test_kube_faults import FAST, nginx
 from tests.support.faults_support import CounterWatch
@@ -20,6 +22,8 @@ from tests.support.kubeenv import (
     ticking,
 )
 from tests.support.running import Samples, select
+
+pytestmark = pytest.mark.container_series  # names are checked on the container series
 
 NAMES = ("shop", "web-7d9c8b6f5-x2k4p", "nginx")
 MODES = [
