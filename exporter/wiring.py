@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from functools import partial
 from typing import Protocol, runtime_checkable
 
 from exporter.accounting.monitor import ActivitySource, Monitor, MonitorSettings, PowerSource
@@ -22,7 +21,7 @@ from exporter.sources.ebpf.load import LOAD_FAILED
 from exporter.sources.ebpf.source import NAME as EBPF
 from exporter.sources.ebpf.source import EbpfSource
 from exporter.sources.estimate import SPEC as ESTIMATE
-from exporter.sources.estimate import CpuPowerModel
+from exporter.sources.estimate import NodeModels
 from exporter.sources.nvml.check import SPEC as NVML
 from exporter.sources.nvml.source import NvmlSource
 from exporter.sources.procfs.source import ProcfsSource, gpu_pid_owners
@@ -125,9 +124,7 @@ def build(config: Config, progress: Progress | None = None) -> Parts:
     )
     model = None
     if REGISTRY.enabled(config, ESTIMATE.name):
-        model = partial(
-            CpuPowerModel.for_cpus, idle_w=config.estimate_idle_w, max_w=config.estimate_max_w
-        )
+        model = NodeModels(config)
     activity, startup_statuses = activity_source(config, procfs, progress)
     if activity is procfs and not procfs.per_cgroup:
         # under hidepid, say so rather than bill our own processes alone

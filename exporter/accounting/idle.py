@@ -36,6 +36,7 @@ class IdleOrigin(StrEnum):
     LEARNED = "learned"
     CONFIGURED = "configured"
     PRIOR = "prior"
+    MODEL = "model"  # the estimate's power at zero load (exporter/sources/cpumodel)
 
 
 def fitted_intercept(samples: Sequence[tuple[float, float]]) -> float | None:

@@ -23,9 +23,9 @@ from exporter.accounting.deadline import (
     Outcome,
     SourceReads,
 )
-from exporter.accounting.idle import IdleBaseline
+from exporter.accounting.idle import IdleBaseline, IdleOrigin
 from exporter.accounting.ledger import CounterTable
-from exporter.accounting.meter import DeviceSample, ZoneMeter
+from exporter.accounting.meter import DeviceSample, MeterHealth, ZoneMeter
 from exporter.accounting.workloads import WorkloadLedger, energy_items
 from exporter.accounting.zones import workload_zones
 from exporter.cgroupfs.classify import classify_task
@@ -48,11 +48,13 @@ from exporter.registry import REGISTRY
 from exporter.snapshot import (
     EMPTY_SNAPSHOT,
     DeviceHealth,
+    EstimateInfo,
     GpuAllocation,
     NodeZoneEnergy,
     PodInfo,
     Snapshot,
 )
+from exporter.sources.cpumodel.lookup import AVERAGE, FLAGS
 from exporter.sources.estimate import ESTIMATED, CpuPowerModel
 
 log = logging.getLogger(__name__)
@@ -152,6 +154,7 @@ class Monitor:
         self._prev: _Previous | None = None
         self._meters: dict[ZoneId, ZoneMeter] = {}
         self._measured_seen = False
+        self._estimate_in_use: CpuPowerModel | None = None  # the model of the last interval
         self._sequence = 0
         self._snapshot = EMPTY_SNAPSHOT
 
@@ -222,6 +225,7 @@ class Monitor:
         owner = {t.key: classify_task(t.cgroup, t.kernel_thread) for t in task_list}
 
         zone_energy = self._zone_deltas(readings, usage)
+        self._estimate_in_use = None
         if not self._measured_seen and self._cpu_model is not None and cpu is not None:
             zone_energy.update(self._estimated_zone(prev, cpu, usage, dt, statuses))
 
@@ -361,12 +365,21 @@ class Monitor:
     ) -> dict[ZoneId, tuple[float, float]]:
         assert self._cpu_model is not None
         model = self._cpu_model(cpu.ncpu)
+        est = model.estimate
+        basis = f"{est.basis}: " if est is not None else ""
         statuses.append(
-            SourceStatus(ESTIMATED, True, detail=f"{model.idle_w:g} W idle, {model.max_w:g} W max")
+            SourceStatus(
+                ESTIMATED, True, detail=f"{basis}{model.idle_w:.3g} W idle, {model.max_w:.3g} W max"
+            )
         )
+        self._estimate_in_use = model
         if prev is None or usage is None:
             return {}
-        return {("package", "", ESTIMATED): model.energy_j(usage, dt)}
+        out = {("package", "", ESTIMATED): model.energy_j(usage, dt)}
+        dram = model.dram_energy_j(usage, dt)
+        if dram is not None:
+            out[("dram", "", ESTIMATED)] = dram
+        return out
 
     def _workload_zones(self, zone_energy: Mapping[ZoneId, tuple[float, float]]) -> tuple[str, ...]:
         """Which zone kinds are split among workloads (exporter/accounting/zones.py)."""
@@ -437,7 +450,9 @@ class Monitor:
                     for (zone, device, source), meter in sorted(self._meters.items())
                 ),
                 *(self._gpu.device_health(self._gpus.name) if self._gpus else ()),
+                *_estimate_devices(self._estimate_in_use),
             ),
+            estimate=_estimate_info(self._estimate_in_use),
             pod_info=tuple(_provided(self._pod_info, ())) if self._pod_info else (),
             gpu_allocations=(
                 tuple(_provided(self._gpu_allocations, ())) if self._gpu_allocations else ()
@@ -518,3 +533,27 @@ def _provided(fn: Callable[[], Sequence[T]], default: Sequence[T]) -> Sequence[T
     except Exception:
         log.exception("background source accessor %r failed", fn)
         return default
+
+
+def _estimate_devices(model: CpuPowerModel | None) -> tuple[DeviceHealth, ...]:
+    """The estimated zones as devices, so wattprobe_idle_power_watts shows the model's idle."""
+    if model is None:
+        return ()
+    est = model.estimate
+    origin = IdleOrigin.CONFIGURED if est is not None and est.basis == FLAGS else IdleOrigin.MODEL
+    zones = [("package", model.idle_w)]
+    if est is not None and est.dram is not None:
+        zones.append(("dram", est.dram_w(0.0)))
+    return tuple(
+        DeviceHealth(ESTIMATED, zone, "", MeterHealth(True, (), idle_w, origin))
+        for zone, idle_w in zones
+    )
+
+
+def _estimate_info(model: CpuPowerModel | None) -> EstimateInfo | None:
+    if model is None:
+        return None
+    est = model.estimate
+    if est is None:  # CpuPowerModel.for_cpus: the per-CPU averages or the flags
+        return EstimateInfo(cpu_model="", instance_type="", basis=AVERAGE)
+    return EstimateInfo(est.cpu_model, est.instance_type, est.basis)
