@@ -94,8 +94,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(
         "estimate_info",
         "gauge",
-        "Where the estimated power (source=\"estimated\") comes from: basis=\"instance\" (the "
-        'instance type\'s host CPU in Boavizta\'s tables), "cpu" (the CPU model\'s TDP), '
+        'Where the estimated power (source="estimated") comes from: basis="instance" (the '
+        "instance type's host CPU in Boavizta's tables), \"cpu\" (the CPU model's TDP), "
         '"model_range" (its model range\'s curve), "ccf" (Cloud Carbon Footprint\'s '
         'microarchitecture line), "average" (CCF\'s cloud averages) or "flags" '
         "(--estimate.idle-watts/--estimate.max-watts); docs/faq.md. Present while the estimate "
