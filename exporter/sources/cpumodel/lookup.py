@@ -237,10 +237,14 @@ def estimate_for(
             )
     else:
         if instance_type:
-            hints.append(f"instance type {instance_type!r} is not in Boavizta {t.version}'s tables")
+            hints.append(
+                f"instance type {instance_type!r} is not in Boavizta {t.version}'s tables: "
+                "check its spelling (the node.kubernetes.io/instance-type label)"
+            )
         else:
             hints.append(
-                "give the node's instance type (--estimate.instance-type) for the host's CPU"
+                "--estimate.instance-type with the node's node.kubernetes.io/instance-type "
+                "label: the host's CPU from Boavizta's tables"
             )
         spec = match_cpu(cpu_model_name, t)
         source = f"CPU {cpu_model_name!r}" if cpu_model_name else "no CPU model name"
@@ -270,7 +274,10 @@ def estimate_for(
     if profile is not None:
         n = per_package or _index(t).range_threads.get(profile.model_range.lower())
         if n:
-            hints.append("the CPU's TDP is not in the tables: a model-range curve is used")
+            hints.append(
+                f"{cpu_name or 'the CPU'} has no TDP in the tables: its model range's curve "
+                "is used; --estimate.idle-watts/--estimate.max-watts from its datasheet"
+            )
             pkg = LogCurve.from_profile(
                 profile.a, profile.b, profile.c, profile.d, floor_w=t.min_power_w
             )
@@ -281,13 +288,17 @@ def estimate_for(
             )
     coef = _ccf_family(family) if family else None
     if coef is not None:
-        hints.append("the CPU's TDP is not in the tables: CCF's microarchitecture line is used")
+        hints.append(
+            f"{cpu_name} has no TDP in the tables: CCF's {family} line is used; "
+            "--estimate.idle-watts/--estimate.max-watts from its datasheet"
+        )
         lo, hi = coef
         return done(
             CCF,
             LinearCurve(lo * threads, hi * threads),
             f"CCF {family}, {lo:g}..{hi:g} W per vCPU",
         )
-    hints.append("the CPU is not in the tables: CCF's cloud averages are used")
+    what = f"CPU {cpu_name!r} is not in the tables" if cpu_name else "no CPU model name (Arm)"
+    hints.append(f"{what}: CCF's cloud averages are used")
     lo, hi = CCF_AVERAGE_W_PER_VCPU
     return done(AVERAGE, LinearCurve(lo * threads, hi * threads), f"{lo:g}..{hi:g} W per vCPU")
