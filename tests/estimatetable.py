@@ -1,11 +1,16 @@
 """Print docs/faq.md's estimate table: the agent's model beside boaviztapi's own functions,
 Cloud Carbon Footprint's line and the old constant, at 0, 10, 50 and 100 % load.
 
-Run: `.venv/bin/python -m tests.estimatetable` (needs the test extra's boaviztapi).
+Run: `.venv/bin/python -m tests.estimatetable` (needs the test extra's boaviztapi);
+`.venv/bin/python -m tests.estimatetable cost` prints what the model costs the agent instead.
 """
 
 from __future__ import annotations
 
+import resource
+import statistics
+import sys
+import time
 import warnings
 
 from exporter.sources.cpumodel.data import CCF_AVERAGE_W_PER_VCPU, CCF_W_PER_VCPU, tables
@@ -68,5 +73,27 @@ def main() -> None:
         print("| " + " | ".join(row) + " |")
 
 
+def cost() -> None:
+    """Start-up cost (tables parsed, index built, one fit) and the per-interval curve; run in a
+    fresh process so the first call is the agent's first."""
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    tables()
+    t1 = time.perf_counter()
+    est = estimate_for("Intel(R) Xeon(R) Platinum 8175M CPU @ 2.50GHz", None, 4, None, 16 << 30)
+    t2 = time.perf_counter()
+    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    calls = []
+    for i in range(10_000):
+        a = time.perf_counter()
+        est.power(i / 10_000)
+        calls.append(time.perf_counter() - a)
+    print(
+        f"tables {1e3 * (t1 - t0):.1f} ms, first estimate {1e3 * (t2 - t1):.1f} ms, "
+        f"max RSS +{(rss1 - rss0) / 1024:.1f} MiB, power(u) median "
+        f"{1e6 * statistics.median(calls):.2f} us"
+    )
+
+
 if __name__ == "__main__":
-    main()
+    cost() if sys.argv[1:] == ["cost"] else main()
