@@ -9,10 +9,13 @@ The expected watts are boaviztapi 2.5.0's own for an m5.xlarge (4 vCPUs of a Xeo
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from exporter.accounting.monitor import Monitor, MonitorParts
 from exporter.exposition.collector import SnapshotCollector
@@ -78,6 +81,26 @@ def test_facts_from_the_node_files(tmp_path: Path) -> None:
     assert mem_total_bytes("MemTotal: lots kB\n") == 0
     missing = read_facts(tmp_path / "nowhere", tmp_path / "nowhere")
     assert missing == NodeFacts("", 0, "")
+
+
+def test_hostile_node_files_give_fallbacks(tmp_path: Path) -> None:
+    proc, sys = tmp_path / "proc", tmp_path / "sys"
+    proc.mkdir()
+    os.mkfifo(proc / "cpuinfo")  # would block a plain open() forever
+    (proc / "meminfo").write_bytes(b"MemTotal: \xff\xfe99999999999999999999 kB\n" * 10_000)
+    (sys / "class/dmi/id").mkdir(parents=True)
+    (sys / "class/dmi/id/product_name").mkdir()  # a directory, not a file
+    assert read_facts(proc, sys) == NodeFacts("", 0, "")
+
+
+@settings(deadline=None, max_examples=80)
+@given(text=st.text(max_size=400))
+def test_any_cpuinfo_or_meminfo_text_parses(text: str) -> None:
+    name = cpu_model_name(text)
+    assert len(name) <= 200 and "\n" not in name
+    assert mem_total_bytes(text) >= 0
+    if "MemTotal" not in text:  # the real line after any garbage is found
+        assert mem_total_bytes(text + "\nMemTotal:  1024 kB\n") == 1 << 20
 
 
 def test_monitor_estimates_package_and_dram(tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ fails the agent.
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,11 +27,28 @@ class NodeFacts:
 
 
 def _read(path: Path, limit: int = _MAX_READ) -> str:
+    """A regular file's first `limit` bytes; "" for anything else. Opened non-blocking and
+    checked: a FIFO planted where cpuinfo should be must not hang the source's reader."""
     try:
-        with path.open("rb") as f:
-            return f.read(limit).decode("utf-8", "replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        chunks: list[bytes] = []
+        left = limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 def cpu_model_name(cpuinfo: str) -> str:
