@@ -20,6 +20,7 @@ def _require_boaviztapi() -> None:
         missing("boaviztapi (pyproject's test extra)")
 
 
+@pytest.mark.slow  # imports boaviztapi's model code (pandas, scipy): 3 to 7 s here
 def test_shipped_data_has_no_drift() -> None:
     _require_boaviztapi()
     shipped = estimatedata.OUT.read_text(encoding="utf-8")
