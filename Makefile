@@ -30,7 +30,7 @@ fmt: ## let ruff fix what it can and format the code (then `make lint` shows wha
 	$(PY) -m ruff check --fix --exit-zero -q $(SRC)
 	$(PY) -m ruff format -q $(SRC)
 
-lint: ## ruff and mypy, both must be clean
+lint: setup-test ## ruff and mypy, both must be clean (installs the test tools first: `make run` only installs the runtime)
 	$(PY) -m ruff check $(SRC)
 	$(PY) -m ruff format --check $(SRC)
 	$(PY) -m mypy
@@ -48,7 +48,7 @@ docs: ## regenerate docs/metrics.md from the metric catalogue and the attributio
 estimate-data: ## regenerate exporter/sources/power/cpumodel/boavizta.json from the pinned boaviztapi
 	$(PY) -m tests.support.estimatedata
 
-manifests: ## regenerate deploy/base/generated from alerts/ and dashboards/
+manifests: ## regenerate deploy/base/generated and the Helm chart's files/generated from alerts/, dashboards/ and the edge forwarder
 	$(PY) deploy/generate.py
 
 JOB ?= wattprobe

@@ -34,6 +34,7 @@ from exporter.accounting.sourceround import Round, SourceRound, provided
 from exporter.accounting.workloads import WorkloadLedger, energy_items
 from exporter.accounting.zones import ZoneId, ZonePreferences
 from exporter.model.config import IdleAttribution, IdlePower
+from exporter.model.gpu_readings import GpuReadings
 from exporter.model.identity import ContainerRef, NoNames
 from exporter.model.ports import (
     ActivitySource,
@@ -84,6 +85,8 @@ class MonitorParts:
     # GPU processes the task list lacks (per-cgroup tasks): their container from /proc
     gpu_pids: PidResolver | None = None
     startup_statuses: Sequence[SourceStatus] = ()  # sources that failed at start-up (eBPF)
+    # where each interval's merged GPU readings go (the PodResources GPU directory)
+    on_gpus: Callable[[GpuReadings], None] | None = None
 
 
 class Monitor:
@@ -179,6 +182,8 @@ class Monitor:
 
     def _gpus(self, now: float, read: Round, activity: Activity) -> GpuInterval:
         reading, stamp = self._gpu_merge.merge_stamped(read.gpus, now)
+        if reading is not None and self._parts.on_gpus is not None:
+            self._parts.on_gpus(reading)
         return self._gpu.interval(
             reading,
             stamp,

@@ -88,7 +88,10 @@ class Registry:
 
     def build_context(self, config: Config) -> BuildContext:
         """What a source's build and probe get from the other enabled sources."""
-        return BuildContext(gpu_metered_pci=self._gpu_metered_pci(config))
+        return BuildContext(
+            gpu_metered_pci=self._gpu_metered_pci(config),
+            device_plugins=tuple(p for s in self._on(config, GPU) for p in s.device_plugins),
+        )
 
     def gpu_backends(self, config: Config) -> list[GpuBackend]:
         """The GPU backends read every interval, in registry order (the first is the primary:

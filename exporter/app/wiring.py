@@ -10,7 +10,7 @@ from exporter.accounting.monitor import Monitor, MonitorParts, MonitorSettings
 from exporter.app.progress import Progress
 from exporter.app.registry import PROCESS, REGISTRY, Registry
 from exporter.host.cgroupfs.ns import namespace_root
-from exporter.kube.gpus import NvmlDirectory
+from exporter.kube.gpus import BackendDirectory
 from exporter.kube.kube import KubeWorkloads
 from exporter.model.config import ActivitySource as ActivityChoice
 from exporter.model.config import Config
@@ -22,8 +22,7 @@ from exporter.sources.activity.ebpf.source import NAME as EBPF
 from exporter.sources.activity.ebpf.source import EbpfSource
 from exporter.sources.activity.procfs.source import ProcfsSource, gpu_pid_owners
 from exporter.sources.activity.procfs.visible import VisibleProcfs
-from exporter.sources.gpu.backend import LatestReadings
-from exporter.sources.gpu.nvml.check import SPEC as NVML
+from exporter.sources.gpu.backend import LatestGpus
 
 log = logging.getLogger(__name__)
 
@@ -124,12 +123,16 @@ def build(config: Config, progress: Progress | None = None) -> Parts:
     if activity is procfs and not procfs.per_cgroup:
         # under hidepid, say so rather than bill our own processes alone
         activity = VisibleProcfs(procfs.tasks, config.procfs)
-    # Each backend remembers its last read for the GPU directory, which names the GPUs that
-    # PodResources lists by UUID, index or minor number; NVIDIA's is the first (primary).
-    gpus = [LatestReadings(b) for b in REGISTRY.gpu_backends(config)]
-    nvidia = next((g for g in gpus if g.name == NVML.name), None)
-    directory = NvmlDirectory(config.procfs, nvidia.gpus if nvidia else tuple)
-    kube = KubeWorkloads.from_config(config, gpu_directory=directory)  # names and GPU holders
+    gpus = REGISTRY.gpu_backends(config)  # NVIDIA's first: the primary keeps its indexes
+    # The monitor publishes each interval's merged GPUs; the directory built from them names
+    # the GPUs that PodResources lists (by UUID, index, minor number, PCI address or card).
+    latest = LatestGpus()
+    context = REGISTRY.build_context(config)
+    kube = KubeWorkloads.from_config(  # pod names and GPU holders
+        config,
+        gpu_directory=BackendDirectory(config.procfs, latest.gpus),
+        device_plugins=context.device_plugins,
+    )
     monitor = Monitor(
         MonitorParts(
             cpu=procfs,
@@ -139,6 +142,7 @@ def build(config: Config, progress: Progress | None = None) -> Parts:
             identity=kube,
             gpu_pids=gpu_pid_owners(config.procfs, ns_root).resolve if gpus else None,
             startup_statuses=startup_statuses,
+            on_gpus=latest.publish,
         ),
         MonitorSettings(
             idle_power=config.power_idle,

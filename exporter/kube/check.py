@@ -7,33 +7,37 @@ still serves every series, with IDs.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from exporter.kube.apiserver import ApiserverPodSource
 from exporter.kube.cdi import CdiIndex, CdiScanner
 from exporter.kube.gpus import (
     ClaimDevice,
-    GpuDirectory,
     Holdings,
     device_minors,
+    gpu_resources_with,
     is_gpu_resource,
     mig_capability_minors,
     resolve_holdings,
 )
-from exporter.kube.kube import (
-    apiserver_url,
-    endpoint,
-    kubelet_url,
-    node_has_gpus,
-    podresources_wanted,
+from exporter.kube.kube import node_has_gpus, podresources_wanted
+from exporter.kube.podsources import (
+    AUTO,
+    POD_SOURCES,
+    PodSourceKind,
+    kind_of,
     resolve_pod_source,
 )
-from exporter.kube.kubeapi import KubeClient
-from exporter.kube.kubelet import parse_pod_list
-from exporter.kube.pods import PodStore
-from exporter.model.config import Config, PodSource
+from exporter.model.config import Config
+from exporter.model.gpu_directory import GpuDirectory
 from exporter.model.readings import SourceError
-from exporter.model.spec import IDENTITY, KUBERNETES, CheckResult, SourceSpec
+from exporter.model.spec import (
+    IDENTITY,
+    KUBERNETES,
+    BuildContext,
+    CheckResult,
+    DevicePlugin,
+    SourceSpec,
+)
 
 RBAC = "see docs/kubernetes.md (RBAC)"
 
@@ -77,54 +81,26 @@ def _failure(source: str, exc: SourceError) -> CheckResult:
     )
 
 
-def _pods(config: Config, mode: PodSource, environ: Mapping[str, str]) -> CheckResult:
-    source = "kubelet" if mode is PodSource.KUBELET else "apiserver"
+def _pods(config: Config, kind: PodSourceKind, environ: Mapping[str, str]) -> CheckResult:
     try:
-        found = _list_pods(config, mode, environ)
+        found = kind.check(config, environ)
     except SourceError as exc:
-        return _failure(source, exc)
-    return CheckResult(source, KUBERNETES, True, found=found)
+        return _failure(kind.name, exc)
+    return CheckResult(kind.name, KUBERNETES, True, found=found)
 
 
-def _list_pods(config: Config, mode: PodSource, environ: Mapping[str, str]) -> str:
-    """What one read of the pod source found; SourceError when it failed."""
-    url = (
-        kubelet_url(config, environ)
-        if mode is PodSource.KUBELET
-        else apiserver_url(config, environ)
-    )
-    if not url:
-        raise SourceError("no url", "not in a cluster")
-    try:
-        client = KubeClient(endpoint(config, url))
-    except ValueError as exc:
-        raise SourceError("bad url", str(exc)) from None
-    if mode is PodSource.KUBELET:
-        pods = parse_pod_list(client.get_json("/pods"))
-        return f"{len(pods)} pods from {url}/pods"
-    source = ApiserverPodSource(
-        client,
-        PodStore(ttl_s=config.kube_metadata_ttl_s, deleted_retention_s=config.retention_s),
-        node_name=config.node_name,
-        poll_interval_s=config.kube_poll_interval_s,
-    )
-    listed, _version = source.list_once()
-    return f"{len(listed)} pods on node {config.node_name} from {url}"
-
-
-def _podresources(config: Config) -> CheckResult:
+def _podresources(config: Config, plugins: Sequence[DevicePlugin]) -> CheckResult:
     # imported here: grpc is loaded only where PodResources is used
     from exporter.kube.podresources.client import PodResourcesClient  # noqa: PLC0415
 
     assert config.podresources_socket is not None
     client = PodResourcesClient(config.podresources_socket, timeout_s=config.kube_timeout_s)
+    resources = gpu_resources_with(config.gpu_resources, plugins)
     try:
         listed, claims = client.list_all()
         try:
             allocatable = sum(
-                1
-                for r, _ in client.allocatable_devices()
-                if is_gpu_resource(r, config.gpu_resources)
+                1 for r, _ in client.allocatable_devices() if is_gpu_resource(r, resources)
             )
             also = f", {allocatable} allocatable GPU devices"
         except SourceError as exc:
@@ -133,14 +109,16 @@ def _podresources(config: Config) -> CheckResult:
         return _failure("podresources", exc)
     finally:
         client.close()
-    devices = [d for d in listed if is_gpu_resource(d.resource, config.gpu_resources)]
+    devices = [d for d in listed if is_gpu_resource(d.resource, resources)]
     cdi = CdiScanner(config.cdi_spec_dirs).scan()
     # no NVML here: the driver's minor numbers (and MIG capabilities) stand for the node's GPUs
     directory = GpuDirectory(
         index_by_minor={m: str(m) for m in device_minors(config.procfs).values()},
         mig_by_cap_minor=mig_capability_minors(config.procfs),
     )
-    held = resolve_holdings(devices, claims, cdi, directory, gpu_resources=config.gpu_resources)
+    held = resolve_holdings(
+        devices, claims, cdi, directory, gpu_resources=config.gpu_resources, plugins=plugins
+    )
     holders = len({(h.namespace, h.pod, h.container) for h in held.holdings})
     found = (
         f"{len(held.holdings)} GPU allocations to {holders} containers "
@@ -174,12 +152,21 @@ def _allocation_items(held: Holdings, cdi: CdiIndex, claims: list[ClaimDevice]) 
     return tuple(items)
 
 
-def kube_checks(config: Config, environ: Mapping[str, str] | None = None) -> list[CheckResult]:
+def kube_checks(
+    config: Config,
+    context: BuildContext | None = None,
+    environ: Mapping[str, str] | None = None,
+    pod_sources: Sequence[PodSourceKind] = POD_SOURCES,
+) -> list[CheckResult]:
+    """The kubernetes group: the pod source the configuration picks and PodResources (with
+    the enabled GPU vendors' device plugins from context)."""
+    plugins = context.device_plugins if context is not None else ()
     env = os.environ if environ is None else environ
     mode = resolve_pod_source(config.pod_source, env)
     results: list[CheckResult] = []
-    if mode is PodSource.NONE:
-        why = "not in a cluster" if config.pod_source is PodSource.AUTO else "disabled"
+    kind = kind_of(mode, pod_sources)
+    if kind is None:
+        why = "not in a cluster" if config.pod_source == AUTO else "disabled"
         results.append(
             CheckResult(
                 "pods",
@@ -187,14 +174,14 @@ def kube_checks(config: Config, environ: Mapping[str, str] | None = None) -> lis
                 False,
                 reason=why,
                 detail="containers carry IDs only",
-                fix="--kube.pod-source=kubelet or apiserver for pod names",
+                fix=f"--kube.pod-source={' or '.join(s.name for s in pod_sources)} for pod names",
                 disabled=True,
             )
         )
     else:
-        results.append(_pods(config, mode, env))
+        results.append(_pods(config, kind, env))
     if podresources_wanted(config, mode):
-        results.append(_podresources(config))
+        results.append(_podresources(config, plugins))
     elif config.podresources_socket is not None and not node_has_gpus(config.procfs):
         results.append(
             CheckResult(

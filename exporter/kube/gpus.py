@@ -27,15 +27,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 
 from exporter.host.kernelnum import parse_uint
 from exporter.kube.cdi import EMPTY_INDEX, CdiDevice, CdiIndex, split_name
 from exporter.model.config import DEFAULT_GPU_RESOURCES
+from exporter.model.gpu_directory import EMPTY_DIRECTORY, GpuDirectory, GpuRef
 from exporter.model.gpu_readings import GpuReading
 from exporter.model.snapshot import GpuAllocation
+from exporter.model.spec import DevicePlugin
 
 VOLCANO_VGPU = "volcano.sh/vgpu-number"
 
@@ -54,30 +56,14 @@ NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
 NVIDIA_DRA_CDI_VENDOR = "k8s.gpu.nvidia.com"
 
 
+def gpu_resources_with(patterns: Sequence[str], plugins: Sequence[DevicePlugin]) -> tuple[str, ...]:
+    """--kube.gpu-resources and the enabled GPU vendors' device plugin resources."""
+    return tuple(dict.fromkeys((*patterns, *(r for p in plugins for r in p.resources))))
+
+
 def is_gpu_resource(resource_name: str, patterns: Sequence[str] = DEFAULT_GPU_RESOURCES) -> bool:
     """Whether a device plugin resource is a GPU (shell patterns, as --kube.gpu-resources)."""
     return any(fnmatchcase(resource_name, p) for p in patterns)
-
-
-@dataclass(frozen=True)
-class GpuDirectory:
-    """What NVML knows about this node's GPUs; every table may be empty."""
-
-    index_by_uuid: Mapping[str, str] = field(default_factory=dict)  # GPU-... -> "0"
-    parent_by_mig_uuid: Mapping[str, str] = field(default_factory=dict)  # MIG-... -> GPU-...
-    index_by_minor: Mapping[int, str] = field(default_factory=dict)  # /dev/nvidiaN -> index
-    instance_by_mig_uuid: Mapping[str, str] = field(default_factory=dict)  # MIG-... -> GI id
-    # /dev/nvidia-caps/nvidia-capM -> (GPU minor, GI id), from the driver's procfs capabilities
-    mig_by_cap_minor: Mapping[int, tuple[int, str]] = field(default_factory=dict)
-
-    def uuid_of_index(self, index: str) -> str:
-        for uuid, i in self.index_by_uuid.items():
-            if i == index:
-                return uuid
-        return ""
-
-
-EMPTY_DIRECTORY = GpuDirectory()
 
 
 def device_minors(procfs: Path) -> dict[str, int]:
@@ -169,21 +155,24 @@ def directory_from_gpus(
     parent: dict[str, str] = {}
     instance: dict[str, str] = {}
     by_minor: dict[int, str] = {}
+    by_name: dict[str, str] = {}
     for g in gpus:
         index_by_uuid[g.uuid] = str(g.index)
+        by_name.update(dict.fromkeys(g.device_names, g.uuid))
         minor = minors.get(_bus_id(g.pci_bus_id)) if g.pci_bus_id else None
         if minor is not None:
             by_minor[minor] = str(g.index)
         for mig in g.mig_instances:
             parent[mig.uuid] = g.uuid
             instance[mig.uuid] = str(mig.gpu_instance)
-    return GpuDirectory(index_by_uuid, parent, by_minor, instance, dict(caps or {}))
+    return GpuDirectory(index_by_uuid, parent, by_minor, instance, dict(caps or {}), by_name)
 
 
-class NvmlDirectory:
-    """A GpuDirectory provider over the GPU backend's latest read (exporter/sources/gpu/backend.py
-    LatestReadings), rebuilt only when it changes; the driver's minor numbers (and MIG
-    capability minors) are re-read only when the set of GPUs (or MIG devices) changes."""
+class BackendDirectory:
+    """A GpuDirectory provider over the GPU backends' latest merged read
+    (exporter/sources/gpu/backend.py LatestGpus), rebuilt only when it changes; the NVIDIA
+    driver's minor numbers (and MIG capability minors) are re-read only when the set of GPUs
+    (or MIG devices) changes."""
 
     def __init__(self, procfs: Path, gpus: Callable[[], Sequence[GpuReading]]) -> None:
         self._procfs = procfs
@@ -206,17 +195,6 @@ class NvmlDirectory:
             self._directory = directory_from_gpus(gpus, self._minors, self._caps)
             self._seen = gpus
         return self._directory
-
-
-@dataclass(frozen=True, slots=True)
-class GpuRef:
-    """The GPU a device ID names."""
-
-    uuid: str  # physical GPU UUID, "" when unknown
-    gpu: str  # NVML index, "" when unknown
-    instance: str  # the MIG device (as the ID names it) for MIG allocations, else ""
-    gpu_instance: str = ""  # the MIG device's GPU instance id, "" when unknown or not MIG
-    placeholder: bool = False  # a sharing plugin's placeholder: the kubelet's pick of a GPU
 
 
 def resolve_device(device_id: str, directory: GpuDirectory = EMPTY_DIRECTORY) -> GpuRef | None:
@@ -478,6 +456,7 @@ def resolve_holdings(
     *,
     gpu_resources: Sequence[str] = DEFAULT_GPU_RESOURCES,
     assigned: AssignedByAnnotation | None = None,
+    plugins: Sequence[DevicePlugin] = (),
 ) -> Holdings:
     """Every container's GPUs from device plugin IDs and DRA claims, and what did not resolve.
 
@@ -490,12 +469,18 @@ def resolve_holdings(
     n_devices = n_claims = by_spec = by_name = 0
     annotated: set[tuple[str, str, str, str]] = set()
     for a in devices:
-        if not is_gpu_resource(a.resource, gpu_resources):
+        plugin = next((p for p in plugins if is_gpu_resource(a.resource, p.resources)), None)
+        if plugin is None and not is_gpu_resource(a.resource, gpu_resources):
             continue
         holder = f"{a.namespace}/{a.pod}/{a.container}"
-        ref = resolve_device(a.device_id, directory)
+        if plugin is not None:
+            ref = plugin.resolve(a.device_id, directory)
+            what = f"no {plugin.vendor} GPU of this node has this ID"
+        else:
+            ref = resolve_device(a.device_id, directory)
+            what = "not an NVIDIA GPU ID"
         if ref is None:
-            unresolved.append(Unresolved("device", holder, a.device_id, "not an NVIDIA GPU ID"))
+            unresolved.append(Unresolved("device", holder, a.device_id, what))
             continue
         if ref.placeholder:
             # one annotation (or one verdict) stands for all of a container's placeholders

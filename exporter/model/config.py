@@ -39,6 +39,9 @@ class GpuIoctls(StrEnum):
 
 
 class PodSource(StrEnum):
+    """The --kube.pod-source values every build has; the registered pod sources
+    (exporter/kube/podsources.py POD_SOURCES) add theirs, so Config.pod_source is a str."""
+
     AUTO = "auto"
     NONE = "none"
     KUBELET = "kubelet"
@@ -175,7 +178,7 @@ class Config:
     # the node's instance type for the estimate (its node.kubernetes.io/instance-type label);
     # "": the DMI product name when it names one (AWS Nitro), else the CPU model alone
     estimate_instance_type: str = ""
-    pod_source: PodSource = PodSource.AUTO
+    pod_source: str = PodSource.AUTO  # auto, none or a registered source's name
     node_name: str = field(default_factory=lambda: os.environ.get("NODE_NAME", ""))
     log_level: str = "info"
     log_format: str = "plain"  # plain, logfmt or json (exporter/app/cli/logformat.py)

@@ -104,6 +104,8 @@ class GpuReading:
     process_engine_time: tuple[ProcessEngineTime, ...] | None = None
     vendor: str = "nvidia"  # nvidia, amd or intel: wattprobe_gpu_info's vendor label
     backend: str = "nvml"  # the backend that read it: the source of its energy and device_up
+    # device nodes the backend knows it by (DRM: card1): how some device plugins name a GPU
+    device_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from exporter.model.config import Config
+from exporter.model.gpu_directory import GpuDirectory, GpuRef
 from exporter.model.ports import GpuBackend, PowerSource
 from exporter.model.readings import ABSENT, EnergyReading, SourceError
 
@@ -112,7 +113,18 @@ class Finding:
 # a build gets from the other sources (BuildContext).
 Probe = Callable[[Config, Sequence[CheckResult], "BuildContext"], Finding]
 # Sources that depend on the configuration (kubelet or apiserver) report as a group.
-GroupProbe = Callable[[Config], Sequence[CheckResult]]
+GroupProbe = Callable[[Config, "BuildContext"], Sequence[CheckResult]]
+
+
+@dataclass(frozen=True)
+class DevicePlugin:
+    """A GPU vendor's Kubernetes device plugin, as PodResources shows its allocations: the
+    resources that are its GPUs and its device-ID grammar (an ID and what the GPU backends know
+    of the node's GPUs -> the GPU it names, None for an ID that names none)."""
+
+    vendor: str
+    resources: tuple[str, ...]  # resource name patterns (shell style, as --kube.gpu-resources)
+    resolve: Callable[[str, GpuDirectory], GpuRef | None]
 
 
 @dataclass(frozen=True)
@@ -122,6 +134,8 @@ class BuildContext:
     their sensors to it, or their energy would count twice on the node)."""
 
     gpu_metered_pci: Callable[[], frozenset[str]] = frozenset
+    # the enabled GPU vendors' device plugins (PodResources device IDs)
+    device_plugins: tuple[DevicePlugin, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -142,6 +156,8 @@ class SourceSpec:
     # how a GPU backend (kind GPU) is built, and which PCI addresses it meters (for hwmon)
     gpu_backend: Callable[[Config], GpuBackend] | None = None
     gpu_metered_pci: Callable[[Config], Callable[[], frozenset[str]]] | None = None
+    # its Kubernetes device plugins' resources and device-ID grammars (PodResources)
+    device_plugins: tuple[DevicePlugin, ...] = ()
     zone_source: str = ""  # the source label its readings carry, when not its name
     # older names of its --collector.NAME flag (and WATTPROBE_COLLECTOR_NAME), still accepted
     flag_aliases: tuple[str, ...] = ()

@@ -1,8 +1,10 @@
-"""The source registry: a new power source is one module and one entry.
+"""The source registry: a new power source or GPU vendor is one module and one entry.
 
 The fake source below is declared here alone (no other module is edited): registering it
 gives it a --collector flag, a `check` entry with its fixes, a place among the power sources the
-exporter builds, its zones split among workloads and a place in `top`'s zone table.
+exporter builds, its zones split among workloads and a place in `top`'s zone table. The fake
+GPU vendor at the end gets its flag, its check entry, its backend built and read into the
+Snapshot, and its device plugin's IDs resolved for PodResources.
 """
 
 from __future__ import annotations
@@ -12,19 +14,35 @@ from pathlib import Path
 from typing import Any
 
 import click
+import pytest
 from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
+from exporter.accounting.monitor import Monitor, MonitorParts
 from exporter.accounting.zones import ZoneId, workload_zones
 from exporter.app.check import SourceCheck, checks_of, exit_status, run_checks
 from exporter.app.cli import collector_flags, collectors_of
 from exporter.app.registry import REGISTRY, Registry
 from exporter.app.wiring import power_sources
+from exporter.kube.gpus import DeviceAssignment, directory_from_gpus, resolve_holdings
 from exporter.model.config import Config
+from exporter.model.gpu_directory import GpuDirectory, GpuRef
+from exporter.model.gpu_readings import GpuReading, GpuReadings
 from exporter.model.readings import ABSENT, EnergyReading, SourceAbsent
-from exporter.model.spec import POWER, BuildContext, CheckResult, Finding, SourceSpec
+from exporter.model.spec import (
+    GPU,
+    POWER,
+    BuildContext,
+    CheckResult,
+    DevicePlugin,
+    Finding,
+    SourceSpec,
+)
+from exporter.sources.gpu.backend import LatestGpus
 from exporter.sources.power.estimate import ESTIMATED
+from tests.sources.gpu.nvml.scripted import StaticActivity, StaticCpu
+from tests.support.monitor import monitor_settings
 
 FIX_FAKE = "plug the fake meter in"
 
@@ -187,3 +205,89 @@ def test_zone_choice_matches_the_hard_coded_one(zone_ids: list[ZoneId]) -> None:
 @given(ZONE_IDS)
 def test_configured_zones_win(zone_ids: list[ZoneId]) -> None:
     assert workload_zones(("dram",), zone_ids, REGISTRY.zone_preferences) == ("dram",)
+
+
+# -- a GPU vendor, registered from this file alone ------------------------------------------
+
+
+class FakeGpus:
+    """One board of a vendor wattprobe has never heard of: an energy counter that grows."""
+
+    name = "fakegpu"
+
+    def __init__(self) -> None:
+        self.energy_mj = 0
+
+    def read(self) -> GpuReadings:
+        self.energy_mj += 100_000
+        gpu = GpuReading(
+            0, "FAKE-0001", "Fake Accelerator", "0000:aa:00.0", energy_mj=self.energy_mj,
+            power_w=100.0, vendor="fake", backend=self.name, device_names=("accel0",),
+        )  # fmt: skip
+        return GpuReadings("1.0", "", "", (gpu,))
+
+    def close(self) -> None:
+        pass
+
+
+def resolve_fake(device_id: str, directory: GpuDirectory) -> GpuRef | None:
+    if not device_id.startswith("accel"):
+        return None
+    uuid = directory.uuid_by_device_name.get(device_id, "")
+    return GpuRef(uuid, directory.index_by_uuid.get(uuid, ""), "")
+
+
+FAKE_PLUGIN = DevicePlugin("Fake", ("fake.example/accel",), resolve_fake)
+FAKE_GPU = SourceSpec(
+    name="fakegpu",
+    kind=GPU,
+    default_on=True,
+    probe=lambda _config, _earlier, _context: Finding.works("1 fake accelerator"),
+    gpu_backend=lambda _config: FakeGpus(),
+    device_plugins=(FAKE_PLUGIN,),
+)
+WITH_FAKE_GPU = REGISTRY.with_source(FAKE_GPU)
+
+
+def test_a_gpu_vendor_gets_its_flag_check_backend_and_device_plugin() -> None:
+    assert WITH_FAKE_GPU.collector_defaults["fakegpu"] is True
+    (check,) = [c for c in checks_of(WITH_FAKE_GPU) if isinstance(c, SourceCheck)][-1:]
+    assert check.source == "fakegpu"
+    config = WITH_FAKE_GPU.resolve(Config())
+    (result,) = run_checks(config, [check], WITH_FAKE_GPU)
+    assert (result.kind, result.ok, result.found) == (POWER, True, "1 fake accelerator")
+    backends = WITH_FAKE_GPU.gpu_backends(config)
+    assert [b.name for b in backends][-1] == "fakegpu"
+    assert FAKE_PLUGIN in WITH_FAKE_GPU.build_context(config).device_plugins
+    off = WITH_FAKE_GPU.resolve(Config(collectors=frozenset({"rapl"})))
+    assert WITH_FAKE_GPU.gpu_backends(off) == []
+    assert WITH_FAKE_GPU.build_context(off).device_plugins == ()
+
+
+def test_a_gpu_vendor_reaches_the_snapshot_and_its_allocations_resolve() -> None:
+    clock = [100.0]
+    latest = LatestGpus()
+    fake = WITH_FAKE_GPU.gpu_backends(Config(collectors=frozenset({"fakegpu"})))
+    monitor = Monitor(
+        MonitorParts(
+            cpu=StaticCpu(), activity=StaticActivity([]), gpus=fake, on_gpus=latest.publish
+        ),
+        monitor_settings(),
+        clock=lambda: clock[0],
+        wall_clock=lambda: clock[0],
+    )
+    monitor.step()
+    clock[0] += 1.0
+    snapshot = monitor.step()
+    (gpu,) = snapshot.gpus
+    assert (gpu.uuid, gpu.model) == ("FAKE-0001", "Fake Accelerator")
+    assert sum(e.joules for e in gpu.energy) == pytest.approx(100.0)  # 100,000 mJ in 1 s
+    directory = directory_from_gpus(latest.gpus(), {})
+    held = resolve_holdings(
+        [DeviceAssignment("ml", "p", "c", "fake.example/accel", "accel0")],
+        directory=directory,
+        plugins=WITH_FAKE_GPU.build_context(
+            Config(collectors=frozenset({"fakegpu"}))
+        ).device_plugins,
+    )
+    assert [(h.pod, h.ref.uuid, h.ref.gpu) for h in held.holdings] == [("p", "FAKE-0001", "0")]

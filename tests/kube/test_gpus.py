@@ -7,14 +7,13 @@ from pathlib import Path
 import pytest
 
 from exporter.kube.gpus import (
+    BackendDirectory,
     DeviceAssignment,
-    GpuDirectory,
-    GpuRef,
-    NvmlDirectory,
     gpu_allocations,
     holders_of,
     resolve_device,
 )
+from exporter.model.gpu_directory import GpuDirectory, GpuRef
 from exporter.model.gpu_readings import GpuReading, MigInstanceReading
 from exporter.model.snapshot import GpuAllocation
 
@@ -117,7 +116,7 @@ def test_directory_from_nvml_and_the_driver(tmp_path: Path) -> None:
         GpuReading(1, G1, "A100", "00000000:86:00.0", mig_instances=(mig,)),
     ]
     seen: list[list[GpuReading]] = [gpus]
-    provider = NvmlDirectory(tmp_path, lambda: seen[0])
+    provider = BackendDirectory(tmp_path, lambda: seen[0])
     directory = provider()
     assert directory == GpuDirectory(
         index_by_uuid={G0: "0", G1: "1"},
@@ -128,4 +127,4 @@ def test_directory_from_nvml_and_the_driver(tmp_path: Path) -> None:
     assert provider() is directory  # the same GPUs: not rebuilt
     assert resolve_device("nvidia3", directory) == GpuRef(G1, "1", "")
     assert resolve_device(MIG, directory) == GpuRef(G1, "1", MIG, "7")
-    assert NvmlDirectory(tmp_path / "nothing", list)() == GpuDirectory()
+    assert BackendDirectory(tmp_path / "nothing", list)() == GpuDirectory()

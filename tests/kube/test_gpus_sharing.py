@@ -9,8 +9,6 @@ import pytest
 from exporter.kube.gpus import (
     ClaimDevice,
     DeviceAssignment,
-    GpuDirectory,
-    GpuRef,
     allocations_of,
     holders_in,
     is_gpu_resource,
@@ -20,6 +18,7 @@ from exporter.kube.gpus import (
 )
 from exporter.kube.pods import parse_pod, volcano_vgpus
 from exporter.model.config import DEFAULT_GPU_RESOURCES
+from exporter.model.gpu_directory import GpuDirectory, GpuRef
 from tests.support.kubefakes import Ctr, pod_object
 
 G0 = "GPU-8f2c1d90-3e5a-4b17-9c2e-5da9abb51763"

@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from exporter.kube.gpus import EMPTY_DIRECTORY, DeviceAssignment, GpuDirectory
+from exporter.kube.gpus import (
+    DeviceAssignment,
+)
 from exporter.kube.kube import KubeWorkloads
 from exporter.kube.podresources.client import PodResourcesClient
 from exporter.kube.podresources.poller import PodResourcesPoller
 from exporter.kube.pods import PodStore, parse_pod
+from exporter.model.gpu_directory import EMPTY_DIRECTORY, GpuDirectory
 from exporter.model.identity import ContainerRef
 from exporter.model.readings import SourceError, SourceStatus
 from exporter.model.snapshot import GpuAllocation

@@ -14,12 +14,16 @@ import pytest
 
 from exporter.kube.cdi import CdiScanner
 from exporter.kube.check import kube_checks
-from exporter.kube.gpus import ClaimDevice, GpuDirectory, mig_capability_minors
+from exporter.kube.gpus import (
+    ClaimDevice,
+    mig_capability_minors,
+)
 from exporter.kube.kube import KubeWorkloads
 from exporter.kube.podresources.client import PodResourcesClient
 from exporter.kube.podresources.poller import PodResourcesPoller
 from exporter.kube.pods import PodStore, parse_pod
 from exporter.model.config import Config, PodSource
+from exporter.model.gpu_directory import GpuDirectory
 from exporter.model.identity import ContainerRef
 from exporter.model.snapshot import GpuAllocation
 from tests.support.kubefakes import Assigned, Claimed, Ctr, FakePodResources, pod_object
@@ -80,7 +84,7 @@ def node(tmp_path: Path) -> Iterator[tuple[FakePodResources, Path]]:
 
 
 def directory(procfs: Path) -> GpuDirectory:
-    """What NVML plus the driver's procfs say about the node (as NvmlDirectory builds it)."""
+    """What NVML plus the driver's procfs say about the node (as BackendDirectory builds it)."""
     return GpuDirectory(
         index_by_uuid={GPU0: "0", GPU1: "1"},
         parent_by_mig_uuid={MIG_3G: GPU0},

@@ -27,6 +27,7 @@ from exporter.model.spec import (
     MOUNT_SYSFS,
     OK,
     POWER,
+    BuildContext,
     CheckResult,
     Finding,
     Probe,
@@ -70,7 +71,7 @@ class GroupCheck:
 
     name: str
     kind: str
-    run: Callable[[Config], Sequence[CheckResult]]
+    run: Callable[[Config, BuildContext], Sequence[CheckResult]]
 
 
 def checks_of(registry: Registry) -> tuple[SourceCheck | GroupCheck, ...]:
@@ -133,9 +134,9 @@ def run_one(
     )
 
 
-def run_group(group: GroupCheck, config: Config) -> list[CheckResult]:
+def run_group(group: GroupCheck, config: Config, context: BuildContext) -> list[CheckResult]:
     try:
-        return [_with_fix(r) for r in group.run(config)]
+        return [_with_fix(r) for r in group.run(config, context)]
     except Exception as exc:  # a check must report, never crash
         log.debug("check %s crashed", group.name, exc_info=True)
         return [
@@ -167,7 +168,7 @@ def run_checks(
     results: list[CheckResult] = []
     for check in checks_of(registry) if checks is None else checks:
         if isinstance(check, GroupCheck):
-            results.extend(run_group(check, config))
+            results.extend(run_group(check, config, registry.build_context(config)))
         else:
             results.append(run_one(check, config, tuple(results), registry))
     return results

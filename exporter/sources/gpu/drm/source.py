@@ -51,6 +51,7 @@ from exporter.sources.gpu.drm.clients import (
     EngineDeltas,
     busy_ratio,
 )
+from exporter.sources.gpu.drm.podresources import AMD, INTEL
 
 log = logging.getLogger(__name__)
 
@@ -284,6 +285,7 @@ class DrmSource:
             process_engine_time=_engine_time(clients) if usage is not None else None,
             vendor=card.vendor,
             backend=NAME,
+            device_names=(card.card,),
         )
 
 
@@ -365,4 +367,5 @@ SPEC = SourceSpec(
     fixes=FIXES,
     gpu_backend=lambda config: DrmSource(config.sysfs, config.procfs),
     gpu_metered_pci=lambda config: partial(drm_gpu_devices, config.sysfs),
+    device_plugins=(AMD, INTEL),
 )
