@@ -175,6 +175,9 @@ class Config:
     retention_s: float = 600.0
     estimate_idle_w: float | None = None  # None: from the core count
     estimate_max_w: float | None = None
+    # the node's instance type for the estimate (its node.kubernetes.io/instance-type label);
+    # "": the DMI product name when it names one (AWS Nitro), else the CPU model alone
+    estimate_instance_type: str = ""
     pod_source: str = PodSource.AUTO  # auto, none or a registered source's name
     node_name: str = field(default_factory=lambda: os.environ.get("NODE_NAME", ""))
     log_level: str = "info"

@@ -174,14 +174,22 @@ def source_options(func: F) -> F:
             "estimate_idle_w",
             default=None,
             callback=_converter(_positive_float),
-            help="estimated node CPU power at idle [default: 0.74 W per CPU]",
+            help="estimated node CPU power at idle [default: from the CPU or instance type]",
         ),
         _option(
             "--estimate.max-watts",
             "estimate_max_w",
             default=None,
             callback=_converter(_positive_float),
-            help="estimated node CPU power at full load [default: 3.5 W per CPU]",
+            help="estimated node CPU power at full load [default: from the CPU or instance type]",
+        ),
+        _option(
+            "--estimate.instance-type",
+            "estimate_instance_type",
+            default="",
+            help="the node's cloud instance type (its node.kubernetes.io/instance-type label, "
+            "e.g. m5.xlarge): the estimate then uses the host's CPU [default: the DMI product "
+            "name when it is one, else the CPU model]",
         ),
         _option(
             "--log.level",
