@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-import builtins
+import os
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +67,15 @@ def test_no_powercap_is_absent(tmp_path: Path) -> None:
 def test_permission_denied_on_every_zone_says_why_and_how_to_fix(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    real_open = builtins.open
+    real_open = os.open
 
+    # root reads any mode, so the kernel's refusal (EACCES) is played at the syscall
     def deny_energy(path: Any, *args: Any, **kwargs: Any) -> Any:
         if str(path).endswith("energy_uj"):
             raise PermissionError(13, "Permission denied", str(path))
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "open", deny_energy)
+    monkeypatch.setattr(os, "open", deny_energy)
     with pytest.raises(SourceError) as err:
         RaplSource(FIXTURE_SYS).read()
     assert err.value.reason == "permission denied"

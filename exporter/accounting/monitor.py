@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from exporter.accounting.attribution import (
     ACTIVE,
@@ -34,6 +34,7 @@ from exporter.gpu.accounting import GpuAccounting, PidResolver
 from exporter.gpu.attribution import GpuHolders
 from exporter.gpu.backend import GpuBackend
 from exporter.gpu.merge import GpuMerge
+from exporter.gpu.readings import GpuReadings
 from exporter.identity import NoNames, WorkloadNames
 from exporter.readings import (
     CpuTimes,
@@ -193,24 +194,12 @@ class Monitor:
         for i, source in enumerate(self._power_sources):
             outcome = got[f"power.{i}"]
             power = self._take(source.name, outcome, statuses)
-            readings.extend((r, outcome.stamp) for r in power or ())
+            if power is None:
+                power = self._unread(source.name, outcome, statuses[-1].reason)
+            readings.extend((r, outcome.stamp) for r in power)
         if any(not r.fault for r, _ in readings):
             self._measured_seen = True
-        gpu_reading = None
-        gpu_stamp = now
-        if self._gpus:
-            gpu_reading = self._take(self._gpus.name, got["gpu"], statuses)
-            gpu_stamp = got["gpu"].stamp
-            if self._more_gpus:
-                more = [
-                    self._take(b.name, got[f"gpu.{i}"], statuses)
-                    for i, b in enumerate(self._more_gpus)
-                ]
-                if gpu_reading is None:
-                    gpu_stamp = next(
-                        (got[f"gpu.{i}"].stamp for i, r in enumerate(more) if r is not None), now
-                    )
-                gpu_reading = self._gpu_merge.merge([gpu_reading, *more])
+        gpu_reading, gpu_stamp, gpus_unread = self._read_gpus(got, now, statuses)
         for provider in self._status_providers:
             statuses.extend(_provided(provider, ()))
 
@@ -230,6 +219,7 @@ class Monitor:
         gpu = self._gpu.interval(
             gpu_reading,
             gpu_stamp,
+            unread=gpus_unread,
             tasks=task_list,
             ioctl_deltas=ioctl_deltas,
             owner=owner,
@@ -271,6 +261,33 @@ class Monitor:
         )
         return self._snapshot
 
+    def _read_gpus(
+        self, got: Mapping[str, Outcome[Any]], now: float, statuses: list[SourceStatus]
+    ) -> tuple[GpuReadings | None, float, dict[str, str]]:
+        """The GPU backends' readings merged, their stamp, and the backends that gave none
+        (with why: their GPUs are marked down)."""
+        gpu_reading = None
+        gpu_stamp = now
+        # backends that gave no reading this interval, and why: their GPUs are marked down
+        gpus_unread: dict[str, str] = {}
+        if self._gpus:
+            gpu_reading = self._take(self._gpus.name, got["gpu"], statuses)
+            if gpu_reading is None:
+                gpus_unread[self._gpus.name] = statuses[-1].reason
+            gpu_stamp = got["gpu"].stamp
+            if self._more_gpus:
+                more: list[GpuReadings | None] = []
+                for i, b in enumerate(self._more_gpus):
+                    more.append(self._take(b.name, got[f"gpu.{i}"], statuses))
+                    if more[-1] is None:
+                        gpus_unread[b.name] = statuses[-1].reason
+                if gpu_reading is None:
+                    gpu_stamp = next(
+                        (got[f"gpu.{i}"].stamp for i, r in enumerate(more) if r is not None), now
+                    )
+                gpu_reading = self._gpu_merge.merge([gpu_reading, *more])
+        return gpu_reading, gpu_stamp, gpus_unread
+
     def _calls(self) -> list[Call]:
         """This interval's source reads; each source's calls share its worker thread."""
         calls = [
@@ -306,6 +323,22 @@ class Monitor:
             return None
         statuses.append(SourceStatus(name, True, duration_s=took))
         return outcome.value
+
+    def _unread(self, name: str, outcome: Outcome[object], reason: str) -> list[EnergyReading]:
+        """The devices of a power source that gave no readings this interval, each with the
+        fault that kept it unread: so a source that failed, timed out or is stuck in a read
+        shows on every one of its devices (device_up 0, a rejection counted), not only on
+        source_up. A SourceError that carries per-device readings (every zone failed, each for
+        its own reason) gives those; otherwise every device this source has had a meter for."""
+        exc = outcome.error
+        if isinstance(exc, SourceError) and exc.readings:
+            return list(exc.readings)
+        fault = f"source {reason or 'gave nothing'}"
+        return [
+            EnergyReading(zone, device, source, fault=fault)
+            for (zone, device, source) in self._meters
+            if source == name
+        ]
 
     def _task_deltas(
         self, prev: _Previous | None, tasks: Sequence[TaskSample]

@@ -12,10 +12,14 @@ import click
 from exporter.config import (
     CDI_SPEC_DIRS,
     DEFAULT_GPU_RESOURCES,
+    INTERVAL_RANGE,
     PODRESOURCES_SOCKET,
+    RETENTION_RANGE,
     SERVICE_ACCOUNT_DIR,
+    TIMEOUT_RANGE,
+    DurationRange,
     PodSource,
-    parse_duration,
+    bounded_duration,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -25,11 +29,16 @@ def _env(flag: str) -> str:
     return "WATTPROBE_" + flag.lstrip("-").replace(".", "_").replace("-", "_").upper()
 
 
-def _duration(_ctx: click.Context, _param: click.Parameter, value: str) -> float:
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+def _duration(bounds: DurationRange) -> Callable[[click.Context, click.Parameter, str], float]:
+    parse = bounded_duration(bounds)
+
+    def convert(_ctx: click.Context, _param: click.Parameter, value: str) -> float:
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+
+    return convert
 
 
 def _optional_path(_ctx: click.Context, _param: click.Parameter, value: str) -> Path | None:
@@ -121,21 +130,21 @@ def kube_options(func: F) -> F:
             "--kube.timeout",
             "kube_timeout_s",
             default="10s",
-            callback=_duration,
+            callback=_duration(TIMEOUT_RANGE),
             help="timeout of every kubelet, apiserver and PodResources call",
         ),
         option(
             "--kube.poll-interval",
             "kube_poll_interval_s",
             default="10s",
-            callback=_duration,
+            callback=_duration(INTERVAL_RANGE),
             help="how often the kubelet's /pods and PodResources are read",
         ),
         option(
             "--kube.metadata-ttl",
             "kube_metadata_ttl_s",
             default="1h",
-            callback=_duration,
+            callback=_duration(RETENTION_RANGE),
             help="how long the last known pods stay once their source stops answering",
         ),
         option(

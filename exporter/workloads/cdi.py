@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from exporter.config import CDI_SPEC_DIRS as DEFAULT_SPEC_DIRS
+from exporter.hostfile import read_bounded
 
 MAX_SPEC_BYTES = 1 << 20  # a node-wide nvidia-ctk spec is ~50 KiB; a claim spec a few KiB
 MAX_SPEC_FILES = 1024  # per directory: one transient spec per prepared claim
@@ -160,8 +161,8 @@ def parse_spec(data: object, origin: str = "") -> list[CdiDevice]:
 def load_spec(path: Path) -> list[CdiDevice]:
     """Read and parse one spec file (JSON or YAML by its suffix, as CDI does)."""
     try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_SPEC_BYTES + 1)
+        # non-blocking and regular files only: a FIFO named *.yaml must not hang the scan
+        raw = read_bounded(str(path), MAX_SPEC_BYTES + 1)
     except OSError as exc:
         raise SpecError(f"unreadable: {exc.strerror or exc}") from None
     if len(raw) > MAX_SPEC_BYTES:
@@ -184,6 +185,13 @@ def _yaml(text: str) -> object:
     return yaml.safe_load(text)
 
 
+def _is_file(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_file()
+    except OSError:  # a dangling symlink or a race with its removal: read it and report why
+        return True
+
+
 class CdiScanner:
     """The node's CDI specs, re-read only where a file changed (mtime, size)."""
 
@@ -201,11 +209,19 @@ class CdiScanner:
         for directory in self.dirs:  # later directories win, as in CDI's registry
             try:
                 with os.scandir(directory) as it:
-                    names = sorted(
-                        e.name
+                    entries = [
+                        e
                         for e in it
                         if e.name.endswith((".json", ".yaml")) and not e.name.startswith(".")
-                    )
+                    ]
+                # FIFOs, sockets and devices are no specs: skipped without opening them (the
+                # CDI library reads regular files only); a symlink counts by what it points to
+                names = sorted(e.name for e in entries if _is_file(e))
+                problems.extend(
+                    SpecProblem(str(directory / e.name), "not a regular file")
+                    for e in entries
+                    if not _is_file(e)
+                )
             except FileNotFoundError:
                 missing.append(str(directory))
                 continue

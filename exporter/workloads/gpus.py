@@ -33,12 +33,15 @@ from pathlib import Path
 
 from exporter.config import DEFAULT_GPU_RESOURCES
 from exporter.gpu.readings import GpuReading
+from exporter.hostfile import read_text_bounded
 from exporter.kernelnum import parse_uint
 from exporter.snapshot import GpuAllocation
 from exporter.workloads.cdi import EMPTY_INDEX, CdiDevice, CdiIndex, split_name
 
 VOLCANO_VGPU = "volcano.sh/vgpu-number"
 
+# the NVIDIA driver's /proc files are a few hundred bytes
+_MAX_PROC_BYTES = 4096
 _REPLICA = re.compile(r"^(?P<base>.+?)(?:::\d+|/vgpu\d+)$")
 _LEGACY_MIG = re.compile(r"^MIG-(?P<gpu>GPU-[0-9A-Fa-f-]+)/(?P<gi>\d+)/\d+$")
 _MINOR = re.compile(r"^nvidia(?P<minor>\d+)(?:/gi(?P<gi>\d+))?$")
@@ -90,7 +93,7 @@ def device_minors(procfs: Path) -> dict[str, int]:
         return out
     for entry in entries:
         try:
-            text = (entry / "information").read_text()
+            text = read_text_bounded(str(entry / "information"), _MAX_PROC_BYTES)
         except OSError:
             continue
         for line in text.splitlines():
@@ -136,7 +139,7 @@ def mig_capability_minors(procfs: Path) -> dict[int, tuple[int, str]]:
 
 def _device_file_minor(access: Path) -> int | None:
     try:
-        text = access.read_text()[:4096]
+        text = read_text_bounded(str(access), _MAX_PROC_BYTES)
     except OSError:
         return None
     for line in text.splitlines():

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from exporter.hostfile import read_text_bounded
 from exporter.readings import SourceError
 from exporter.sources.caps import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, SELF_STATUS, effective_caps
 from exporter.sources.ebpf.btf import TASK_FLAGS_FIELD, VMLINUX, Btf, BtfError, offset_flags
@@ -145,7 +146,7 @@ def bpf_source() -> Path:
 def check_privileges(status_path: Path = SELF_STATUS) -> None:
     """bpf() and perf_event_open() on tracepoints need CAP_BPF + CAP_PERFMON or CAP_SYS_ADMIN."""
     try:
-        caps = effective_caps(status_path.read_text())
+        caps = effective_caps(read_text_bounded(str(status_path), 65536))
     except (OSError, ValueError) as exc:
         raise SourceError(PERMISSION, f"cannot read capabilities: {exc}") from exc
     has = {c for c in (CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF) if caps & (1 << c)}
@@ -194,7 +195,7 @@ def has_cgroup_attach(tracefs: Path) -> bool:
 
 def _format(tracefs: Path, category: str, event: str) -> str:
     try:
-        return (tracefs / "events" / category / event / "format").read_text()
+        return read_text_bounded(str(tracefs / "events" / category / event / "format"), 65536)
     except OSError:
         return ""
 

@@ -14,12 +14,12 @@ per call and MAX_CACHED entries kept; files are read with one bounded read each.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Collection
 from pathlib import Path
 
 from exporter.cgroupfs.classify import classify_task
 from exporter.cgroupfs.ns import HOST_ROOT, to_host_file
+from exporter.hostfile import read_text_bounded
 from exporter.identity import ContainerRef
 from exporter.readings import TaskKey
 
@@ -28,7 +28,6 @@ log = logging.getLogger(__name__)
 MAX_PER_CALL = 256  # GPU processes resolved per interval (a node has a few dozen at most)
 MAX_CACHED = 4096
 RECHECK_EVERY = 12
-_FLAGS = os.O_RDONLY | os.O_CLOEXEC
 _MAX_BYTES = 8192  # a stat line is well under 1 KiB; a v1 cgroup file a few KiB
 
 
@@ -90,9 +89,4 @@ class PidOwners:
         return out
 
     def _read(self, pid: int, name: str) -> str:
-        fd = os.open(f"{self._root}/{pid}/{name}", _FLAGS)
-        try:
-            data = os.read(fd, _MAX_BYTES)
-        finally:
-            os.close(fd)
-        return data.decode("utf-8", "replace")
+        return read_text_bounded(f"{self._root}/{pid}/{name}", _MAX_BYTES)

@@ -24,6 +24,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from exporter.cgroupfs.ns import HOST_ROOT, to_host_file
+from exporter.hostfile import OPEN_FLAGS
 from exporter.kernelnum import MAX_DIGITS
 from exporter.readings import SourceError, TaskSample
 from exporter.sources.files import short_error
@@ -64,7 +65,10 @@ class _Known:
         self.head = head  # "pid (comm)": the part of stat that names the process
 
 
-_FLAGS = os.O_RDONLY | os.O_CLOEXEC
+# O_NONBLOCK (hostfile.OPEN_FLAGS): a FIFO in a fixture /proc reads EOF at once, never waits.
+# No fstat here: this runs for every process every interval, and what a FIFO reads (nothing)
+# fails the stat parse like any garbage.
+_FLAGS = OPEN_FLAGS
 
 
 def read_file(path: str) -> bytes:

@@ -13,6 +13,7 @@ from pathlib import Path
 from exporter.cgroupfs.classify import classify_task
 from exporter.cgroupfs.ns import HOST_ROOT, namespace_root
 from exporter.config import Config
+from exporter.hostfile import read_text_bounded
 from exporter.kernelnum import MAX_DIGITS
 from exporter.readings import CpuTimes, SourceError, TaskSample
 from exporter.sources.files import short_error as _short
@@ -27,6 +28,8 @@ log = logging.getLogger(__name__)
 
 PF_KTHREAD = 0x00200000  # task flag of kernel threads (include/linux/sched.h)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# /proc/stat: ~150 bytes per CPU plus the interrupt line; 4 MiB covers thousands of CPUs
+MAX_PROC_STAT_BYTES = 4 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,8 +155,7 @@ class ProcfsSource:
 
     def cpu_times(self) -> CpuTimes:
         try:
-            with open(f"{self._root}/stat") as f:
-                return parse_cpu_times(f.read())
+            return parse_cpu_times(read_text_bounded(f"{self._root}/stat", MAX_PROC_STAT_BYTES))
         except (OSError, ValueError) as exc:
             raise SourceError("read error", f"{self._root}/stat: {_short(exc)}") from exc
 
@@ -163,8 +165,9 @@ class ProcfsSource:
         return self._tree is not None
 
     def _busy_ns(self) -> int:
-        with open(f"{self._root}/stat") as f:
-            return busy_ns_from(f.read(), CLOCK_TICKS)
+        return busy_ns_from(
+            read_text_bounded(f"{self._root}/stat", MAX_PROC_STAT_BYTES), CLOCK_TICKS
+        )
 
     def tasks(self) -> list[TaskSample]:
         """Per cgroup (per_cgroup): one sample per container bucket and one for the rest
