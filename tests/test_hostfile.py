@@ -60,11 +60,15 @@ def char_device(path: Path) -> None:
     os.mknod(path, 0o600 | 0o020000, os.makedev(1, 3))  # like /dev/null
 
 
-KINDS = {
+def directory(path: Path) -> None:
+    path.mkdir()
+
+
+KINDS: dict[str, Callable[[Path], None]] = {
     "FIFO": fifo,
     "socket": unix_socket,
     "character device": char_device,
-    "directory": Path.mkdir,
+    "directory": directory,
 }
 
 
