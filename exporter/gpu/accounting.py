@@ -332,7 +332,7 @@ def _device_sample(gpu: GpuReading, stamp: float) -> DeviceSample:
         power_w=gpu.power_w,
         max_power_w=limit * POWER_LIMIT_HEADROOM if limit else None,
         rated_power_w=limit,
-        fault="lost" if gpu.lost else "",
+        fault="lost" if gpu.lost else gpu.fault,
     )
 
 

@@ -103,6 +103,9 @@ class GpuReading:
     process_engine_time: tuple[ProcessEngineTime, ...] | None = None
     vendor: str = "nvidia"  # nvidia, amd or intel: wattprobe_gpu_info's vendor label
     backend: str = "nvml"  # the backend that read it: the source of its energy and device_up
+    # why its power or energy could not be read although the GPU has the sensor ("" when it
+    # could): a hostile or broken file shows on the GPU's device_up, not only in a log
+    fault: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ from exporter.sources.drm.clients import (
     EngineDeltas,
     busy_ratio,
 )
-from exporter.sources.files import read_int, read_text
+from exporter.sources.files import fault_for, read_int, read_text, short_error
 from exporter.sourcespec import GPU, CheckResult, Finding, SourceSpec, missing_sysfs_class
 
 log = logging.getLogger(__name__)
@@ -249,8 +249,8 @@ class DrmSource:
     ) -> GpuReading:
         files = power_files(card)
         hwmon = card.hwmon or ""
-        power_uw = _maybe_int(f"{hwmon}/{files.power}") if files.power else None
-        energy_uj = _maybe_int(f"{hwmon}/{files.energy}") if files.energy else None
+        power_uw, power_fault = _sensor(hwmon, files.power)
+        energy_uj, energy_fault = _sensor(hwmon, files.energy)
         cap_uw = _maybe_int(f"{hwmon}/{files.cap}") if files.cap else None
         clients = usage.get(card.pci, {}) if usage is not None else {}
         busy = _maybe_int(f"{card.device}/gpu_busy_percent")
@@ -276,7 +276,22 @@ class DrmSource:
             process_engine_time=_engine_time(clients) if usage is not None else None,
             vendor=card.vendor,
             backend=NAME,
+            # a sensor the card has that gave no number: the GPU is faulted, not read on the
+            # other sensor alone (that would hide a hostile energy1_input behind power1_*)
+            fault=energy_fault or power_fault,
         )
+
+
+def _sensor(hwmon: str, name: str | None) -> tuple[int | None, str]:
+    """A card's hwmon power or energy value and "", or None and why it could not be read."""
+    if name is None:
+        return None, ""
+    path = f"{hwmon}/{name}"
+    try:
+        return read_int(path), ""
+    except (OSError, ValueError) as exc:
+        log.debug("drm: %s: %s", path, short_error(exc))
+        return None, fault_for(exc)
 
 
 def _engine_time(clients: Mapping[int, ClientUsage]) -> tuple[ProcessEngineTime, ...]:
