@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.accounting.meter import IMPLAUSIBLE, UNREADABLE
+from exporter.accounting.meter import IMPLAUSIBLE, RESET, UNREADABLE
 from exporter.accounting.monitor import Monitor, MonitorSettings, PowerSource
 from exporter.config import IdlePower
 from exporter.readings import CpuTimes, EnergyReading, TaskSample
@@ -79,12 +79,21 @@ class Rig:
             if t.kind == "power":
                 write_atomic(t.path, f"{round(STEP_J * 1e6)}\n")
             elif t.key[0] == "rapl":
-                self.host.add_energy_j(t.key[2], STEP_J)  # wraps at max_energy_range_uj
+                self._add_rapl(t)
             else:
                 write_atomic(t.path, f"{int(t.path.read_text()) + round(STEP_J * 1e6)}\n")
 
     def step(self) -> Snapshot:
         return self.monitor.step()
+
+    def _add_rapl(self, t: Target) -> None:
+        """On by STEP_J, wrapping at max_energy_range_uj like the hardware when it has a usable
+        one (the file may be a FIFO here: never read it then)."""
+        range_file = t.path.with_name("max_energy_range_uj")
+        text = range_file.read_text().strip() if range_file.is_file() else ""
+        wrap = int(text) if text.isdigit() and len(text) < 21 else 0
+        value = int(t.path.read_text()) + round(STEP_J * 1e6)
+        write_atomic(t.path, f"{value % wrap if wrap and value >= wrap else value}\n")
 
 
 def targets_of(host: FixtureHost) -> dict[str, Target]:
@@ -106,7 +115,10 @@ def sys_only(root: Path) -> FixtureHost:
 
 
 def make_rig(root: Path, more: Sequence[PowerSource] = ()) -> Rig:
-    host = sys_only(root)
+    return make_rig_on(sys_only(root), more)
+
+
+def make_rig_on(host: FixtureHost, more: Sequence[PowerSource] = ()) -> Rig:
     clock = [0.0]
     cpu = Cpu()
     monitor = Monitor(
@@ -209,7 +221,7 @@ with tempfile.TemporaryDirectory() as _probe:
 @pytest.mark.slow
 @settings(
     deadline=None,
-    max_examples=20,
+    max_examples=12,
     suppress_health_check=[HealthCheck.too_slow],
 )
 @given(
@@ -342,3 +354,34 @@ def test_a_source_stuck_in_a_read_marks_each_of_its_devices_down(
     finally:
         stuck.release.set()
         monitor.close()
+
+
+@pytest.mark.parametrize("max_range", ["0\n", "nan\n", "-1\n", "9" * 25 + "\n", "fifo"])
+def test_rapl_without_a_usable_max_energy_range_never_wraps(tmp_path: Path, max_range: str) -> None:
+    """max_energy_range_uj 0, garbage or a FIFO: the zone is read with no known wrap, so a lower
+    counter is a reset (counted as one, nothing invented), never a wrap of up to 2**64 uJ."""
+    host = sys_only(tmp_path / "host")
+    range_file = host.rapl_dir("intel-rapl:0") / "max_energy_range_uj"
+    if max_range == "fifo":
+        range_file.unlink()
+        os.mkfifo(range_file)
+    else:
+        write_atomic(range_file, max_range)
+    rig = make_rig_on(host)
+    target = rig.targets["rapl intel-rapl:0"]
+    rig.advance()
+    start = energy(rig.step())[target.key]
+    rig.advance()
+    counted_before = energy(rig.step())[target.key]
+    assert abs(counted_before - start - STEP_J) < 1e-6  # counts normally
+    write_atomic(target.path, "1000\n")  # lower: a reset, not a wrap
+    rig.advance(skip=["rapl intel-rapl:0"])
+    snap = rig.step()
+    up, rejected = health(snap)[target.key]
+    assert not up and rejected == {RESET: 1}
+    assert energy(snap)[target.key] == counted_before
+    for _ in range(2):
+        rig.advance()
+        snap = rig.step()
+    assert health(snap)[target.key][0]
+    assert abs(energy(snap)[target.key] - counted_before - 2 * STEP_J) < 1e-6
