@@ -37,6 +37,7 @@ NO_TRACEPOINT = "no tracepoint"
 NO_CGROUP2 = "no cgroup v2"
 COMPILE_FAILED = "compile failed"
 LOAD_FAILED = "load failed"
+LOADER_KILLED = "loader killed"  # the compile child died of a signal (the OOM killer's SIGKILL)
 NO_SOURCE = "no bpf source"
 NOT_LIVE_PROCFS = "procfs not live"
 
@@ -65,6 +66,11 @@ FIXES: dict[str, str] = {
         "see the compiler output in the log; try another headers set (--ebpf.kernel-headers)"
     ),
     LOAD_FAILED: "the kernel rejected the programs: it needs BPF tracepoint support (5.8 or later)",
+    LOADER_KILLED: (
+        "the eBPF compile child was killed (SIGKILL is usually the OOM killer at the compile's "
+        "memory peak): raise the container's memory limit, then restart the agent; /proc is used "
+        "meanwhile"
+    ),
     NO_SOURCE: "reinstall wattprobe: bpf/activity.c must ship with it",
     NOT_LIVE_PROCFS: (
         "point --path.procfs at this host's /proc (hostPID: true in Kubernetes), or use "
