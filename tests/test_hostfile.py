@@ -15,8 +15,12 @@ from typing import Any
 import pytest
 
 from exporter.hostfile import NotRegularFile, read_bounded
+from exporter.readings import SourceError
 from exporter.sources.files import NOT_A_FILE, fault_for, read_int, read_text, reason_for
+from exporter.sources.procfs.source import ProcfsSource
 from exporter.workloads.cdi import CdiScanner
+from tests.conftest import FIXTURES
+from tests.fixturehost import FixtureHost
 
 SPEC = json.dumps(
     {
@@ -148,3 +152,22 @@ def test_cdi_spec_swapped_for_a_fifo_between_listing_and_reading(
     what, index = returns(scanner.scan)
     assert what == "value" and index.specs == 0
     assert [p.reason for p in index.problems] == ["unreadable: not a regular file (FIFO)"]
+
+
+def test_procfs_with_fifos_answers_at_once(tmp_path: Path) -> None:
+    """A FIFO as /proc/stat fails the CPU read with a reason; one as a process's stat hides only
+    that process; neither waits."""
+    host = FixtureHost.copy_of(FIXTURES, tmp_path / "host")
+    source = ProcfsSource(host.procfs)
+    pids = {t.pid for t in source.tasks()}
+    victim = 1000
+    assert victim in pids
+    for path in (host.procfs / "stat", host.procfs / str(victim) / "stat"):
+        path.unlink()
+        os.mkfifo(path)
+    what, got = returns(source.cpu_times)
+    assert what == "error" and isinstance(got, SourceError)
+    assert "not a regular file" in got.detail
+    what, tasks = returns(ProcfsSource(host.procfs).tasks)
+    assert what == "value"
+    assert {t.pid for t in tasks} == pids - {victim}
