@@ -10,6 +10,7 @@ exactly what its counter advanced; all are up again once the values are good.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,11 +21,12 @@ from hypothesis import strategies as st
 from exporter.accounting.meter import IMPLAUSIBLE, RESET, UNREADABLE
 from exporter.accounting.monitor import Monitor, MonitorSettings
 from exporter.config import IdlePower
+from exporter.gpu.readings import GpuReadings
 from exporter.snapshot import Snapshot
 from exporter.sources.nvml.source import NvmlSource
 from tests.nvml.conftest import LoadScenario
 from tests.nvml.scenario import Scenario
-from tests.nvml.scripted import StaticActivity, StaticCpu
+from tests.nvml.scripted import StaticActivity, StaticCpu, gpu_reading
 
 GPUS = 8
 STEP_MJ = 300_000  # 300 J in one second: inside an H100's 700 W limit
@@ -132,3 +134,50 @@ def test_each_hostile_nvml_value_shows_on_its_gpu_only(
     finally:
         monitor.close()
         nvml.close()
+
+
+class StuckGpus:
+    """A GPU backend whose read hangs in the driver while `hang` is set (NVML calls can)."""
+
+    name = "nvml"
+
+    def __init__(self) -> None:
+        self.hang = threading.Event()
+        self.release = threading.Event()
+
+    def read(self) -> GpuReadings:
+        if self.hang.is_set():
+            self.release.wait(30)
+        # power only: the monitor's real clock gives intervals of milliseconds here
+        gpus = tuple(gpu_reading(i, None, power_w=100.0) for i in range(2))
+        return GpuReadings("550.54.15", "12.550.54.15", "12.4", gpus)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_gpu_backend_stuck_in_a_read_marks_each_gpu_down() -> None:
+    gpus = StuckGpus()
+    monitor = Monitor(
+        cpu=StaticCpu(),
+        activity=StaticActivity([]),
+        power_sources=[],
+        cpu_model=None,
+        settings=MonitorSettings(idle_power=IdlePower(default_w=0.0), read_timeout_s=0.2),
+        gpus=gpus,
+    )
+    try:
+        monitor.step()
+        assert all(up for up, _ in health(monitor.step()).values())
+        gpus.hang.set()
+        for i in range(1, 4):
+            snap = monitor.step()
+            assert health(snap) == {"0": (False, {UNREADABLE: i}), "1": (False, {UNREADABLE: i})}
+        gpus.hang.clear()
+        gpus.release.set()
+        for _ in range(3):
+            snap = monitor.step()
+        assert all(up for up, _ in health(snap).values()), health(snap)
+    finally:
+        gpus.release.set()
+        monitor.close()
