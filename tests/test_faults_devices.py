@@ -385,3 +385,27 @@ def test_rapl_without_a_usable_max_energy_range_never_wraps(tmp_path: Path, max_
         snap = rig.step()
     assert health(snap)[target.key][0]
     assert abs(energy(snap)[target.key] - counted_before - 2 * STEP_J) < 1e-6
+
+
+def test_a_flipping_value_never_adds_energy(tmp_path: Path) -> None:
+    """A counter that flips between its true value and an absurd one every interval: each absurd
+    reading is rejected (device down for that interval), each true one counts, and the total
+    counted is exactly what was drawn in the intervals that ended on a true reading."""
+    rig = make_rig(tmp_path / "host")
+    name = "rapl intel-rapl:0"
+    target = rig.targets[name]
+    rig.advance()
+    start = energy(rig.step())[target.key]
+    true_uj = int(target.path.read_text())
+    for flip_no in range(1, 4):
+        rig.advance(skip=[name])
+        true_uj += round(STEP_J * 1e6)
+        write_atomic(target.path, f"{true_uj + 10**15}\n")  # absurd
+        up, rejected = health(rig.step())[target.key]
+        assert not up and rejected == {IMPLAUSIBLE: flip_no}
+        rig.advance(skip=[name])
+        true_uj += round(STEP_J * 1e6)
+        write_atomic(target.path, f"{true_uj}\n")  # true again: the gap counts once
+        snap = rig.step()
+        assert health(snap)[target.key] == (True, {IMPLAUSIBLE: flip_no})
+        assert abs(energy(snap)[target.key] - start - 2 * STEP_J * flip_no) < 1e-6

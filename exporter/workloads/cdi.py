@@ -186,9 +186,11 @@ def _yaml(text: str) -> object:
 
 
 def _is_file(entry: os.DirEntry[str]) -> bool:
+    """A regular file, or a name to try reading anyway so the problem says what is wrong (a
+    dangling symlink: no such file)."""
     try:
-        return entry.is_file()
-    except OSError:  # a dangling symlink or a race with its removal: read it and report why
+        return entry.is_file() or (entry.is_symlink() and not os.path.exists(entry.path))
+    except OSError:  # a race with its removal
         return True
 
 
