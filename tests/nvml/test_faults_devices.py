@@ -38,6 +38,12 @@ def _energy(s: Scenario, i: int) -> int:
     return int(s[f"gpu.{i}.energy_mj"])
 
 
+def _failing(s: Scenario, i: int) -> None:
+    """The energy and power calls fail (NVML_ERROR_UNKNOWN)."""
+    s[f"gpu.{i}.error.energy"] = 999
+    s[f"gpu.{i}.error.power"] = 999
+
+
 FAULTS: dict[str, tuple[Fault, str]] = {
     # 10^9 J in a second: no GPU draws that
     "jump": (lambda s, i: s.__setitem__(f"gpu.{i}.energy_mj", _energy(s, i) + 10**12), IMPLAUSIBLE),
@@ -47,14 +53,7 @@ FAULTS: dict[str, tuple[Fault, str]] = {
     "power": (lambda s, i: s.__setitem__(f"gpu.{i}.power_mw", 10**9), IMPLAUSIBLE),
     # the counter restarted (a driver reload)
     "reset": (lambda s, i: s.__setitem__(f"gpu.{i}.energy_mj", 1000), RESET),
-    # energy and power calls failing (NVML_ERROR_UNKNOWN)
-    "failing": (
-        lambda s, i: (
-            s.__setitem__(f"gpu.{i}.error.energy", 999),
-            s.__setitem__(f"gpu.{i}.error.power", 999),
-        ),
-        UNREADABLE,
-    ),
+    "failing": (_failing, UNREADABLE),
     "lost": (lambda s, i: s.__setitem__(f"gpu.{i}.lost", 1), UNREADABLE),
 }
 
