@@ -39,10 +39,10 @@ bench: setup-test ## run the benchmarks and rewrite docs/benchmarks.md
 	$(PY) -m tests.benchmarks $(ARGS)
 
 golden: ## regenerate tests/fixtures/golden/*.prom after an intended change of the output
-	WATTPROBE_UPDATE_GOLDEN=1 $(PY) -m pytest tests/test_golden.py
+	WATTPROBE_UPDATE_GOLDEN=1 $(PY) -m pytest tests/system/test_golden.py
 
 docs: ## regenerate docs/metrics.md from the metric catalogue and the attribution picture
-	$(PY) -m exporter.metrics > docs/metrics.md
+	$(PY) -m exporter.exposition.metrics > docs/metrics.md
 	$(PY) docs/diagrams/attribution.py > docs/attribution.svg
 
 manifests: ## regenerate deploy/base/generated from alerts/ and dashboards/

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from cryptography import x509
 
-from exporter.cli import cli
+from exporter.app.cli import cli
 from tests.deploy.manifests import (
     DEPLOY,
     Obj,
@@ -31,10 +31,10 @@ from tests.deploy.manifests import (
     one,
     operator_validator,
 )
-from tests.fixturehost import FixtureHost
-from tests.pki import Authority, Pair
-from tests.running import ExporterProcess, start_exporter
-from tests.websec_support import client_context, refused, request
+from tests.support.fixturehost import FixtureHost
+from tests.support.pki import Authority, Pair
+from tests.support.running import ExporterProcess, start_exporter
+from tests.support.websec_support import client_context, refused, request
 
 COMPONENT = DEPLOY / "components" / "web-config"
 MOUNT = "/etc/wattprobe/web"
