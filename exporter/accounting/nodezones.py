@@ -11,7 +11,7 @@ from exporter.accounting.idle import IdleBaseline
 from exporter.accounting.meter import DeviceSample, ZoneMeter
 from exporter.accounting.zones import ZoneId, ZonePreferences, workload_zones
 from exporter.model.config import IdlePower
-from exporter.model.health import MeterHealth
+from exporter.model.health import IdleOrigin, MeterHealth
 from exporter.model.readings import EnergyReading, TaskKey
 
 ZoneJoules = dict[ZoneId, tuple[float, float]]  # zone -> (active, idle) joules
@@ -57,8 +57,9 @@ class NodeZones:
             zid = (reading.zone, reading.device, reading.source)
             meter = self._meters.get(zid)
             if meter is None:
+                origin = IdleOrigin.CONFIGURED if reading.idle_w is None else IdleOrigin.MODEL
                 meter = self._meters[zid] = ZoneMeter(
-                    IdleBaseline(fixed_w=self._fixed_idle(reading)),
+                    IdleBaseline(fixed_w=self._fixed_idle(reading), fixed_origin=origin),
                     name=f"{reading.source} {reading.zone} {reading.device}",
                 )
             measured = meter.measure(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from exporter.kube.apiserver import ApiserverPodSource
 from exporter.kube.cdi import CdiIndex, CdiScanner
 from exporter.kube.gpus import (
     ClaimDevice,
@@ -20,18 +19,15 @@ from exporter.kube.gpus import (
     mig_capability_minors,
     resolve_holdings,
 )
-from exporter.kube.kube import (
-    apiserver_url,
-    endpoint,
-    kubelet_url,
-    node_has_gpus,
-    podresources_wanted,
+from exporter.kube.kube import node_has_gpus, podresources_wanted
+from exporter.kube.podsources import (
+    AUTO,
+    POD_SOURCES,
+    PodSourceKind,
+    kind_of,
     resolve_pod_source,
 )
-from exporter.kube.kubeapi import KubeClient
-from exporter.kube.kubelet import parse_pod_list
-from exporter.kube.pods import PodStore
-from exporter.model.config import Config, PodSource
+from exporter.model.config import Config
 from exporter.model.gpu_directory import GpuDirectory
 from exporter.model.readings import SourceError
 from exporter.model.spec import (
@@ -85,39 +81,12 @@ def _failure(source: str, exc: SourceError) -> CheckResult:
     )
 
 
-def _pods(config: Config, mode: PodSource, environ: Mapping[str, str]) -> CheckResult:
-    source = "kubelet" if mode is PodSource.KUBELET else "apiserver"
+def _pods(config: Config, kind: PodSourceKind, environ: Mapping[str, str]) -> CheckResult:
     try:
-        found = _list_pods(config, mode, environ)
+        found = kind.check(config, environ)
     except SourceError as exc:
-        return _failure(source, exc)
-    return CheckResult(source, KUBERNETES, True, found=found)
-
-
-def _list_pods(config: Config, mode: PodSource, environ: Mapping[str, str]) -> str:
-    """What one read of the pod source found; SourceError when it failed."""
-    url = (
-        kubelet_url(config, environ)
-        if mode is PodSource.KUBELET
-        else apiserver_url(config, environ)
-    )
-    if not url:
-        raise SourceError("no url", "not in a cluster")
-    try:
-        client = KubeClient(endpoint(config, url))
-    except ValueError as exc:
-        raise SourceError("bad url", str(exc)) from None
-    if mode is PodSource.KUBELET:
-        pods = parse_pod_list(client.get_json("/pods"))
-        return f"{len(pods)} pods from {url}/pods"
-    source = ApiserverPodSource(
-        client,
-        PodStore(ttl_s=config.kube_metadata_ttl_s, deleted_retention_s=config.retention_s),
-        node_name=config.node_name,
-        poll_interval_s=config.kube_poll_interval_s,
-    )
-    listed, _version = source.list_once()
-    return f"{len(listed)} pods on node {config.node_name} from {url}"
+        return _failure(kind.name, exc)
+    return CheckResult(kind.name, KUBERNETES, True, found=found)
 
 
 def _podresources(config: Config, plugins: Sequence[DevicePlugin]) -> CheckResult:
@@ -187,6 +156,7 @@ def kube_checks(
     config: Config,
     context: BuildContext | None = None,
     environ: Mapping[str, str] | None = None,
+    pod_sources: Sequence[PodSourceKind] = POD_SOURCES,
 ) -> list[CheckResult]:
     """The kubernetes group: the pod source the configuration picks and PodResources (with
     the enabled GPU vendors' device plugins from context)."""
@@ -194,8 +164,9 @@ def kube_checks(
     env = os.environ if environ is None else environ
     mode = resolve_pod_source(config.pod_source, env)
     results: list[CheckResult] = []
-    if mode is PodSource.NONE:
-        why = "not in a cluster" if config.pod_source is PodSource.AUTO else "disabled"
+    kind = kind_of(mode, pod_sources)
+    if kind is None:
+        why = "not in a cluster" if config.pod_source == AUTO else "disabled"
         results.append(
             CheckResult(
                 "pods",
@@ -203,12 +174,12 @@ def kube_checks(
                 False,
                 reason=why,
                 detail="containers carry IDs only",
-                fix="--kube.pod-source=kubelet or apiserver for pod names",
+                fix=f"--kube.pod-source={' or '.join(s.name for s in pod_sources)} for pod names",
                 disabled=True,
             )
         )
     else:
-        results.append(_pods(config, mode, env))
+        results.append(_pods(config, kind, env))
     if podresources_wanted(config, mode):
         results.append(_podresources(config, plugins))
     elif config.podresources_socket is not None and not node_has_gpus(config.procfs):

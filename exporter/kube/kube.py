@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from exporter.kube.apiserver import ApiserverPodSource
 from exporter.kube.cdi import CdiScanner
 from exporter.kube.gpus import (
     EMPTY_HOLDINGS,
@@ -28,10 +27,18 @@ from exporter.kube.gpus import (
     holders_in,
     resolve_holdings,
 )
-from exporter.kube.kubeapi import Endpoint, KubeClient
-from exporter.kube.kubelet import KubeletPodSource
 from exporter.kube.pods import KubeNames, PodIndex, PodStore
-from exporter.model.config import DEFAULT_GPU_RESOURCES, Config, PodSource
+from exporter.kube.podsources import (
+    NONE,
+    POD_SOURCES,
+    Misconfigured,
+    PodSourceKind,
+    PodSourceThread,
+    RefreshOnRequest,
+    kind_of,
+    resolve_pod_source,
+)
+from exporter.model.config import DEFAULT_GPU_RESOURCES, Config
 from exporter.model.gpu_directory import EMPTY_DIRECTORY, GpuDirectory
 from exporter.model.identity import ContainerRef, NoNames, WorkloadNames
 from exporter.model.readings import SourceStatus
@@ -43,16 +50,6 @@ if TYPE_CHECKING:  # the poller's module loads grpc; only its type is needed her
 
 log = logging.getLogger(__name__)
 
-KUBELET_PORT = 10250
-
-
-class PodSourceThread(Protocol):
-    name: str
-
-    def statuses(self) -> list[SourceStatus]: ...
-    def start(self) -> None: ...
-    def stop(self) -> None: ...
-
 
 class AssignmentSource(Protocol):
     def assignments(self) -> tuple[DeviceAssignment, ...]: ...
@@ -60,12 +57,6 @@ class AssignmentSource(Protocol):
     def statuses(self) -> list[SourceStatus]: ...
     def start(self) -> None: ...
     def stop(self) -> None: ...
-
-
-def resolve_pod_source(choice: PodSource, environ: Mapping[str, str]) -> PodSource:
-    if choice is not PodSource.AUTO:
-        return choice
-    return PodSource.KUBELET if environ.get("KUBERNETES_SERVICE_HOST") else PodSource.NONE
 
 
 def node_has_gpus(procfs: Path) -> bool:
@@ -77,60 +68,11 @@ def node_has_gpus(procfs: Path) -> bool:
         return False
 
 
-def podresources_wanted(config: Config, mode: PodSource) -> bool:
+def podresources_wanted(config: Config, mode: str) -> bool:
     sock = config.podresources_socket
     if sock is None or not node_has_gpus(config.procfs):
         return False
-    return mode is not PodSource.NONE or sock.exists()
-
-
-def kubelet_url(config: Config, environ: Mapping[str, str]) -> str:
-    """--kube.kubelet-url, else the node's IP (NODE_IP or HOST_IP from the downward API's
-    status.hostIP: node names rarely resolve from pods), its name, or loopback."""
-    if config.kubelet_url:
-        return config.kubelet_url
-    host = environ.get("NODE_IP") or environ.get("HOST_IP") or config.node_name or "127.0.0.1"
-    if ":" in host:  # an IPv6 address
-        host = f"[{host}]"
-    return f"https://{host}:{KUBELET_PORT}"
-
-
-def apiserver_url(config: Config, environ: Mapping[str, str]) -> str:
-    """--kube.apiserver-url, else the in-cluster service address; "" when neither exists."""
-    if config.apiserver_url:
-        return config.apiserver_url
-    host = environ.get("KUBERNETES_SERVICE_HOST", "")
-    if not host:
-        return ""
-    port = environ.get("KUBERNETES_SERVICE_PORT", "443")
-    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
-
-
-def endpoint(config: Config, url: str) -> Endpoint:
-    return Endpoint(
-        url=url,
-        token_file=config.kube_token_file,
-        ca_file=config.kube_ca_file,
-        insecure_skip_verify=config.kube_insecure_skip_tls_verify,
-        timeout_s=config.kube_timeout_s,
-    )
-
-
-class _Misconfigured:
-    """Stands in for a pod source that cannot start: says why on every interval."""
-
-    def __init__(self, name: str, reason: str, detail: str) -> None:
-        self.name = name
-        self._status = SourceStatus(name, False, reason, detail)
-
-    def statuses(self) -> list[SourceStatus]:
-        return [self._status]
-
-    def start(self) -> None:
-        log.error("%s: %s", self.name, self._status.detail)
-
-    def stop(self) -> None:
-        pass
+    return mode != NONE or sock.exists()
 
 
 class KubeWorkloads:
@@ -171,18 +113,24 @@ class KubeWorkloads:
         *,
         gpu_directory: Callable[[], GpuDirectory] = lambda: EMPTY_DIRECTORY,
         device_plugins: Sequence[DevicePlugin] = (),
+        pod_sources: Sequence[PodSourceKind] = POD_SOURCES,
     ) -> KubeWorkloads:
         env = os.environ if environ is None else environ
         mode = resolve_pod_source(config.pod_source, env)
         store = None
         source: PodSourceThread | None = None
         on_unknown = None
-        if mode is not PodSource.NONE:
+        if mode != NONE:
             store = PodStore(
                 ttl_s=config.kube_metadata_ttl_s, deleted_retention_s=config.retention_s
             )
-            source = _pod_source(config, mode, env, store)
-            if isinstance(source, KubeletPodSource):
+            kind = kind_of(mode, pod_sources)
+            source = (
+                kind.build(config, env, store)
+                if kind is not None
+                else Misconfigured(mode, "unknown", f"--kube.pod-source {mode}: no such source")
+            )
+            if isinstance(source, RefreshOnRequest):
                 on_unknown = source.request_refresh
         podresources = None
         sock = config.podresources_socket
@@ -303,39 +251,3 @@ def _volcano_assigned(index: PodIndex) -> Callable[[str, str, str, str], Sequenc
         return meta.vgpu_uuids(container) if meta is not None else None
 
     return assigned
-
-
-def _pod_source(
-    config: Config, mode: PodSource, environ: Mapping[str, str], store: PodStore
-) -> PodSourceThread:
-    if mode is PodSource.KUBELET:
-        url = kubelet_url(config, environ)
-        try:
-            client = KubeClient(endpoint(config, url))
-        except ValueError as exc:
-            return _Misconfigured("kubelet", "bad url", f"--kube.kubelet-url: {exc}")
-        return KubeletPodSource(
-            client,
-            store,
-            interval_s=config.kube_poll_interval_s,
-            label_keys=config.kube_pod_labels,
-        )
-    url = apiserver_url(config, environ)
-    if not url:
-        return _Misconfigured(
-            "apiserver",
-            "no url",
-            "not in a cluster (KUBERNETES_SERVICE_HOST unset): give --kube.apiserver-url "
-            "(http://127.0.0.1:10550 for KubeEdge's MetaServer)",
-        )
-    try:
-        client = KubeClient(endpoint(config, url))
-    except ValueError as exc:
-        return _Misconfigured("apiserver", "bad url", f"--kube.apiserver-url: {exc}")
-    return ApiserverPodSource(
-        client,
-        store,
-        node_name=config.node_name,
-        poll_interval_s=config.kube_poll_interval_s,
-        label_keys=config.kube_pod_labels,
-    )

@@ -40,6 +40,9 @@ class GpuIoctls(StrEnum):
 
 
 class PodSource(StrEnum):
+    """The --kube.pod-source values every build has; the registered pod sources
+    (exporter/kube/podsources.py POD_SOURCES) add theirs, so Config.pod_source is a str."""
+
     AUTO = "auto"
     NONE = "none"
     KUBELET = "kubelet"
@@ -212,7 +215,10 @@ class Config:
     retention_s: float = 600.0
     estimate_idle_w: float | None = None  # None: from the core count
     estimate_max_w: float | None = None
-    pod_source: PodSource = PodSource.AUTO
+    # the node's instance type for the estimate (its node.kubernetes.io/instance-type label);
+    # "": the DMI product name when it names one (AWS Nitro), else the CPU model alone
+    estimate_instance_type: str = ""
+    pod_source: str = PodSource.AUTO  # auto, none or a registered source's name
     node_name: str = field(default_factory=lambda: os.environ.get("NODE_NAME", ""))
     log_level: str = "info"
     log_format: str = "plain"  # plain, logfmt or json (exporter/app/cli/logformat.py)

@@ -74,7 +74,7 @@ def test_close_leaves_no_thread_and_no_fd(
     agent.start()
     started = {t.name for t in threads() - threads_before}
     assert {"monitor", "http"} <= started
-    if kube["pod_source"] is PodSource.KUBELET:
+    if kube["pod_source"] == PodSource.KUBELET:
         assert len(started) > 2, started  # the pod source's poller
     host_, port = agent.address
     deadline = time.monotonic() + 20

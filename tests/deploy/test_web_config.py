@@ -66,8 +66,10 @@ def test_every_agent_reads_the_web_config_from_the_secret(tmp_path: Path, overla
         ]
         assert volume["name"] == mount["name"]
         assert volume["secret"] == {"secretName": SERVER_SECRET, "defaultMode": 0o400}
+        # the edge agent listens on the node's loopback only: its probes go there
+        host = {"host": "127.0.0.1"} if name == "wattprobe-edge" else {}
         for kind in PROBES:
-            assert container[kind]["tcpSocket"] == {"port": "metrics"}, (name, kind)
+            assert container[kind]["tcpSocket"] == {"port": "metrics", **host}, (name, kind)
             assert "httpGet" not in container[kind], (name, kind)
         # nothing else changed: timings of the probes included
         changed, original = copy.deepcopy(ds), copy.deepcopy(plain[name])

@@ -14,9 +14,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from exporter.accounting.monitor import Monitor, MonitorParts
 from exporter.exposition.collector import SnapshotCollector, pod_label_name
 from exporter.kube.apiserver import ApiserverPodSource
-from exporter.kube.kube import KubeWorkloads, apiserver_url, kubelet_url, resolve_pod_source
+from exporter.kube.kube import KubeWorkloads
 from exporter.kube.kubelet import KubeletPodSource
 from exporter.kube.podresources.poller import PodResourcesPoller
+from exporter.kube.podsources import apiserver_url, kubelet_url, resolve_pod_source
 from exporter.model.config import Config, PodSource
 from exporter.model.identity import NoNames
 from exporter.model.readings import SourceStatus
@@ -32,10 +33,10 @@ IN_CLUSTER = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT":
 
 
 def test_auto_picks_the_kubelet_inside_a_cluster_only() -> None:
-    assert resolve_pod_source(PodSource.AUTO, IN_CLUSTER) is PodSource.KUBELET
-    assert resolve_pod_source(PodSource.AUTO, {}) is PodSource.NONE
-    assert resolve_pod_source(PodSource.APISERVER, {}) is PodSource.APISERVER
-    assert resolve_pod_source(PodSource.NONE, IN_CLUSTER) is PodSource.NONE
+    assert resolve_pod_source(PodSource.AUTO, IN_CLUSTER) == PodSource.KUBELET
+    assert resolve_pod_source(PodSource.AUTO, {}) == PodSource.NONE
+    assert resolve_pod_source(PodSource.APISERVER, {}) == PodSource.APISERVER
+    assert resolve_pod_source(PodSource.NONE, IN_CLUSTER) == PodSource.NONE
 
 
 def test_endpoint_defaults() -> None:

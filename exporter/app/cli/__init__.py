@@ -38,11 +38,11 @@ from exporter.model.config import (
     HttpLimits,
     IdleAttribution,
     IdlePower,
-    PodSource,
     bounded_duration,
     parse_listen_address,
 )
 from exporter.web.config import WebConfigError
+from exporter.web.listen import format_address, listen_problem
 from exporter.web.live import LiveWebConfig
 
 log = logging.getLogger("wattprobe")
@@ -176,14 +176,22 @@ def source_options(func: F) -> F:
             "estimate_idle_w",
             default=None,
             callback=_converter(_positive_float),
-            help="estimated node CPU power at idle [default: 0.74 W per CPU]",
+            help="estimated node CPU power at idle [default: from the CPU or instance type]",
         ),
         _option(
             "--estimate.max-watts",
             "estimate_max_w",
             default=None,
             callback=_converter(_positive_float),
-            help="estimated node CPU power at full load [default: 3.5 W per CPU]",
+            help="estimated node CPU power at full load [default: from the CPU or instance type]",
+        ),
+        _option(
+            "--estimate.instance-type",
+            "estimate_instance_type",
+            default="",
+            help="the node's cloud instance type (its node.kubernetes.io/instance-type label, "
+            "e.g. m5.xlarge): the estimate then uses the host's CPU [default: the DMI product "
+            "name when it is one, else the CPU model]",
         ),
         _option(
             "--log.level",
@@ -326,9 +334,8 @@ def _config(**kw: Any) -> Config:
     collectors = collectors_of(kw)
     kw["activity_source"] = ActivitySource(kw["activity_source"])
     kw["ebpf_gpu_ioctls"] = GpuIoctls(kw["ebpf_gpu_ioctls"])
-    for key in ("attribution_idle", "pod_source"):
-        if key in kw:
-            kw[key] = {"attribution_idle": IdleAttribution, "pod_source": PodSource}[key](kw[key])
+    if "attribution_idle" in kw:
+        kw["attribution_idle"] = IdleAttribution(kw["attribution_idle"])
     if "listen_address" in kw:
         kw["listen_host"], kw["listen_port"] = kw.pop("listen_address")
     return Config(collectors=collectors, **kw)
@@ -400,8 +407,20 @@ def serve(**kw: Any) -> None:
     web = _load_web_config(kw["web_config_file"])
     kw["http_limits"] = _http_limits(kw)
     config = _config(**kw)
+    _check_listen_address(config)
     _setup_logging(config.log_level, config.log_format)
     run_server(config, web)
+
+
+def _check_listen_address(config: Config) -> None:
+    """A taken port is one line naming the flag, before the sources (eBPF compile) start."""
+    problem = listen_problem(config.listen_host, config.listen_port)
+    if problem is not None:
+        address = format_address(config.listen_host, config.listen_port)
+        raise click.ClickException(
+            f"cannot listen on {address}: {problem}; "
+            "choose another address with --web.listen-address"
+        )
 
 
 def _load_web_config(path: Path | None) -> LiveWebConfig | None:

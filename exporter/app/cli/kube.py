@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
+from exporter.kube.podsources import POD_SOURCES, PodSourceKind, choices
 from exporter.model.config import (
     CDI_SPEC_DIRS,
     DEFAULT_GPU_RESOURCES,
@@ -18,7 +19,6 @@ from exporter.model.config import (
     SERVICE_ACCOUNT_DIR,
     TIMEOUT_RANGE,
     DurationRange,
-    PodSource,
     bounded_duration,
 )
 
@@ -68,7 +68,9 @@ def _gpu_resources(_ctx: click.Context, _param: click.Parameter, value: str) -> 
     return patterns
 
 
-def kube_options(func: F) -> F:
+def kube_options(func: F, pod_sources: Sequence[PodSourceKind] = POD_SOURCES) -> F:
+    """The --kube.* flags; --kube.pod-source's choices are the registered pod sources'."""
+
     def option(flag: str, dest: str, **kwargs: Any) -> Callable[[F], F]:
         kwargs.setdefault("show_default", True)
         return click.option(flag, dest, envvar=_env(flag), show_envvar=True, **kwargs)
@@ -78,9 +80,9 @@ def kube_options(func: F) -> F:
             "--kube.pod-source",
             "pod_source",
             default="auto",
-            type=click.Choice([p.value for p in PodSource]),
+            type=click.Choice(choices(pod_sources)),
             help="where pod names come from: auto (kubelet in a cluster, else none), none, "
-            "kubelet, apiserver (also KubeEdge's MetaServer)",
+            + ", ".join(f"{s.name} ({s.help})" for s in pod_sources),
         ),
         option(
             "--kube.node-name",
