@@ -90,7 +90,9 @@ struct exited_val {
 };
 
 struct slice {
-    u64 start_ns;  // monotonic ns when the running task was switched in; 0 before the first switch
+    // where the running task's slice started: its se.sum_exec_runtime when it was switched in
+    // (WATTPROBE_TASK_RUNTIME), else the monotonic clock then; 0 before the first switch
+    u64 start_ns;
     u64 tid;       // thread id of that task (0: idle, or not known yet)
     u64 ioctls[N_DRIVERS];  // GPU ioctls of the running task not yet added to its process
     // per-cgroup mode: on-CPU ns of untracked tasks for exited-map key pending_key, not yet
@@ -255,19 +257,61 @@ static __always_inline int account(struct slice *s, u32 tgid, u64 ns, u64 nv, u6
     return 1;
 }
 
+#ifdef WATTPROBE_TASK_RUNTIME
+// The kernel's own runtime of each task (se.sum_exec_runtime: what cgroup cpu.stat sums, updated
+// by the scheduler before it switches a task out) up to its last charge. Task-local storage:
+// the kernel frees it with the task, and a look-up is a per-task cache slot, not a hash.
+struct runtime_val {
+    u64 charged;  // se.sum_exec_runtime when the task's time was last charged
+    u64 known;    // 0: storage just made, charged not yet set
+};
+BPF_TASK_STORAGE(runtimes, struct runtime_val);
+
+// ns of runtime the current (outgoing) task has accumulated since its last charge, marked as
+// charged. A task seen for the first time: all of its runtime if it started after the probes
+// were compiled (WATTPROBE_LOADED_NS, monotonic like task->start_time), else the slice that ends
+// now (sum_exec_runtime - prev_sum_exec_runtime, set when it was last picked), its earlier
+// runtime being from before the load.
+static __always_inline u64 runtime_delta(void) {
+    struct task_struct *task = bpf_get_current_task_btf();
+    u64 sum = *(u64 *)((char *)task + WATTPROBE_OFF_SUM_EXEC);
+    struct runtime_val *r =
+        runtimes.task_storage_get(task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+    if (!r)
+        return 0;
+    u64 charged = r->charged;
+    if (!r->known) {
+        u64 started = *(u64 *)((char *)task + WATTPROBE_OFF_START_TIME);
+        u64 prev = *(u64 *)((char *)task + WATTPROBE_OFF_PREV_SUM_EXEC);
+        charged = started >= WATTPROBE_LOADED_NS ? 0 : (prev <= sum ? prev : sum);
+        r->known = 1;
+    }
+    if (sum <= charged)
+        return 0;  // nothing new: no store
+    r->charged = sum;
+    return sum - charged;
+}
+#endif
+
 // The slice that ends now on this CPU goes to the current (outgoing) task's process, with the
 // GPU ioctls it made; next_tid (0: unknown or idle) starts a new slice. Returns what account()
 // returned, or -1 if nothing was accounted.
-static __always_inline int switch_slice(u64 id, u64 next_tid, bool exiting, u64 hint) {
+static __always_inline int switch_slice(u64 id, u64 next_tid, u64 next_start, bool exiting,
+                                        u64 hint) {
     u32 zero = 0;
     struct slice *s = running.lookup(&zero);
     if (!s)
         return -1;
+#ifdef WATTPROBE_TASK_RUNTIME
+    // start first, then tid: userspace reads the slot twice and keeps it only if both agree
+    *(volatile u64 *)&s->start_ns = next_start;
+    *(volatile u64 *)&s->tid = next_tid;
+#else
     u64 now = bpf_ktime_get_ns();
     u64 start = s->start_ns;
-    // start first, then tid: userspace reads the slot twice and keeps it only if both agree
     *(volatile u64 *)&s->start_ns = now;
     *(volatile u64 *)&s->tid = next_tid;
+#endif
     u64 nv = 0, drm = 0;
 #ifdef WATTPROBE_IOCTLS
     nv = s->ioctls[DRV_NVIDIA];
@@ -280,7 +324,11 @@ static __always_inline int switch_slice(u64 id, u64 next_tid, bool exiting, u64 
     u32 tgid = id >> 32;
     if (tgid == 0)
         return -1;  // the idle task
+#ifdef WATTPROBE_TASK_RUNTIME
+    u64 ns = runtime_delta();
+#else
     u64 ns = start ? now - start : 0;  // 0: first switch on this CPU since load
+#endif
     if (!(ns | nv | drm))
         return -1;
     return account(s, tgid, ns, nv, drm, exiting, hint);
@@ -358,10 +406,17 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     bool dead = !ctx->args[0] && (ctx->args[3] & TASK_DEAD);
 
     u64 unused_key, unused_gen;
-    u64 next_tid = 0;
+    u64 next_tid = 0, next_start = 0;
     struct seen_task *n = seen_slot(next);
     if (n)
         next_tid = (u32)seen_id(n, next, &unused_key, &unused_gen);
+#ifdef WATTPROBE_TASK_RUNTIME
+    // the slice in flight is named only for a known thread: then its runtime as it starts
+    if (next_tid &&
+        bpf_probe_read_kernel(&next_start, sizeof(next_start),
+                              (void *)(next + WATTPROBE_OFF_SUM_EXEC)) != 0)
+        next_tid = 0;
+#endif
 
     struct seen_task *p = seen_slot(prev);
     if (!p)
@@ -376,19 +431,19 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     if (!id) {
         id = bpf_get_current_pid_tgid();  // 0: the idle task, never remembered
         if (!id) {
-            switch_slice(0, next_tid, dead, KEY_UNKNOWN);  // still starts the next slice
+            switch_slice(0, next_tid, next_start, dead, KEY_UNKNOWN);  // still starts the next slice
             return 0;
         }
         key = KEY_UNKNOWN;  // not known to have an entry: look it up once
         if (dead) {
-            switch_slice(id, next_tid, dead, KEY_UNKNOWN);
+            switch_slice(id, next_tid, next_start, dead, KEY_UNKNOWN);
             return 0;
         }
     }
     u64 hint = key;
     if (gen != now_gen || key == KEY_UNKNOWN)
         hint = cgroup_key() | (key & KEY_TRACKED);  // moved since, or new: take it again
-    int tracked = switch_slice(id, next_tid, dead, hint);
+    int tracked = switch_slice(id, next_tid, next_start, dead, hint);
     if (dead) {
         p->check = 0;  // its task_struct may come back as another task
     } else {
@@ -406,15 +461,21 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     } else if (dead) {
         p->check = 0;  // its task_struct may come back as another task
     }
-    switch_slice(id, next_tid, dead, KEY_UNKNOWN);
+    switch_slice(id, next_tid, next_start, dead, KEY_UNKNOWN);
 #endif
     return 0;
 }
 #else
 TRACEPOINT_PROBE(sched, sched_switch) {
     // current is still the task switching out
-    switch_slice(bpf_get_current_pid_tgid(), args->next_pid,
-                 (args->prev_state & STATE_EXITED) != 0, KEY_UNKNOWN);
+#ifdef WATTPROBE_TASK_RUNTIME
+    // next's runtime is out of reach here: its slice in flight goes unnamed until it ends
+    u64 next_tid = 0;
+#else
+    u64 next_tid = args->next_pid;
+#endif
+    switch_slice(bpf_get_current_pid_tgid(), next_tid, 0, (args->prev_state & STATE_EXITED) != 0,
+                 KEY_UNKNOWN);
     return 0;
 }
 #endif

@@ -217,3 +217,31 @@ def offset_flags(btf: Btf, fields: Sequence[Field] = FD_DEVICE_FIELDS) -> list[s
             raise BtfError(f"{f.struct}.{f.member} is {m.size} bytes, the probe reads {f.size}")
         flags.append(f"-D{f.define}={m.offset}")
     return flags
+
+
+# On-CPU time from the kernel's own per-task runtime (bpf/activity.c WATTPROBE_TASK_RUNTIME):
+# task_struct.se is a struct sched_entity, whose runtime fields are read through it
+RUNTIME_FIELDS = (
+    (("task_struct", "se"), ("sched_entity", "sum_exec_runtime"), "WATTPROBE_OFF_SUM_EXEC"),
+    (
+        ("task_struct", "se"),
+        ("sched_entity", "prev_sum_exec_runtime"),
+        "WATTPROBE_OFF_PREV_SUM_EXEC",
+    ),
+    (None, ("task_struct", "start_time"), "WATTPROBE_OFF_START_TIME"),
+)
+
+
+def runtime_flags(btf: Btf) -> list[str]:
+    """-D flags with the offsets, from a task_struct, of se.sum_exec_runtime,
+    se.prev_sum_exec_runtime and start_time (each a u64, checked)."""
+    flags = []
+    for outer, (struct_name, member), define in RUNTIME_FIELDS:
+        base = 0
+        if outer is not None:
+            base = btf.member(*outer).offset
+        m = btf.member(struct_name, member)
+        if m.size != 8:
+            raise BtfError(f"{struct_name}.{member} is {m.size} bytes, the probe reads 8")
+        flags.append(f"-D{define}={base + m.offset}")
+    return flags

@@ -21,7 +21,14 @@ from typing import Any
 
 from exporter.readings import SourceError
 from exporter.sources.caps import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, SELF_STATUS, effective_caps
-from exporter.sources.ebpf.btf import TASK_FLAGS_FIELD, VMLINUX, Btf, BtfError, offset_flags
+from exporter.sources.ebpf.btf import (
+    TASK_FLAGS_FIELD,
+    VMLINUX,
+    Btf,
+    BtfError,
+    offset_flags,
+    runtime_flags,
+)
 from exporter.sources.ebpf.gpu_majors import DeviceClasses
 from exporter.sources.ebpf.kheaders import NO_HEADERS, KernelHeaders, find_kernel_headers
 
@@ -106,6 +113,9 @@ class LoadInfo:
     per_process: bool = True  # an entry per process; False: sums per cgroup (WATTPROBE_PER_CGROUP)
     kernel_threads_apart: bool = False  # per-cgroup mode: kernel threads summed under id 0
     switch_probe: str = CLASSIC  # how sched:sched_switch is attached: RAW or CLASSIC
+    # on-CPU time from the kernel's per-task runtime (se.sum_exec_runtime, what cpu.stat sums;
+    # slots then hold runtimes); False: from clock reads at each switch (no BTF)
+    task_runtime: bool = False
 
     def describe(self) -> str:
         missing = f"; missing {', '.join(self.missing_optional)}" if self.missing_optional else ""
@@ -119,6 +129,7 @@ class LoadInfo:
             f"tracepoints {', '.join(names)}{missing}; {self.headers.describe()}; "
             f"compiled in {self.compile_s:.2f}s; "
             + ("per-process entries" if self.per_process else "sums per cgroup")
+            + ("; task runtime" if self.task_runtime else "; clock between switches")
         )
 
 
@@ -258,6 +269,7 @@ def load(
     source: Path | None = None,
     btf: Path = VMLINUX,
     proc_devices: Path = PROC_DEVICES,
+    task_runtime: bool = True,
 ) -> Loaded:
     """Check, compile and attach. Raises SourceError with a reason from FIXES.
 
@@ -272,6 +284,8 @@ def load(
     btf: the kernel's BTF, where the ioctl probe's struct offsets come from; without it the
     probe cannot tell an ioctl's device, and is not attached.
     proc_devices: /proc/devices, naming the GPU device majors (gpu_majors.py).
+    task_runtime: charge the kernel's own per-task runtime (needs BTF and task-local storage,
+    5.11+; without them, or if the kernel refuses the program, the clock between switches).
     """
     source = source or bpf_source()
     try:
@@ -292,11 +306,17 @@ def load(
     cflags += optional
     if not per_process:
         cflags += _per_cgroup_flags(btf, root_cgroup_id)
+    runtime = _runtime_flags(btf) if task_runtime else []
     cflags += headers.cflags()
 
     switch_probe = CLASSIC if raw_switch is False else RAW
     start = time.perf_counter()
-    bpf, error, text = _compile(bcc, source, headers, cflags, switch_probe)
+    bpf, error, text = _compile(bcc, source, headers, cflags + runtime, switch_probe)
+    if error is not None and runtime:
+        # task-local storage or a BTF task pointer refused (kernels before 5.11): the clock
+        log.warning("on-CPU time from task runtime unavailable (%s); using the clock", error)
+        runtime = []
+        bpf, error, text = _compile(bcc, source, headers, cflags, switch_probe)
     if error is not None and raw_switch is None and raw_attach_failed(error):
         # the kernel refused the raw tracepoint itself (before 4.17 it has none): the classic
         # one does the same job at a higher cost per context switch
@@ -306,7 +326,7 @@ def load(
             error,
         )
         switch_probe = CLASSIC
-        bpf, error, text = _compile(bcc, source, headers, cflags, switch_probe)
+        bpf, error, text = _compile(bcc, source, headers, cflags + runtime, switch_probe)
     compile_s = time.perf_counter() - start
     if error is not None:
         reason = COMPILE_FAILED if "compile" in str(error).lower() else LOAD_FAILED
@@ -330,6 +350,7 @@ def load(
         switch_probe=switch_probe,
         per_process=per_process,
         kernel_threads_apart=any(f.startswith("-DWATTPROBE_ROOT_CGROUP=") for f in cflags),
+        task_runtime=bool(runtime),
     )
     return Loaded(bpf, info)
 
@@ -372,6 +393,17 @@ def _per_cgroup_flags(btf: Path, root_cgroup_id: int) -> list[str]:
         log.info("kernel threads summed with the root cgroup's processes: %s", exc)
         return flags
     return [*flags, f"-DWATTPROBE_ROOT_CGROUP={root_cgroup_id}"]
+
+
+def _runtime_flags(btf: Path) -> list[str]:
+    """-D flags for on-CPU time from the kernel's per-task runtime, or [] without BTF."""
+    try:
+        offsets = runtime_flags(Btf.read(btf))
+    except BtfError as exc:
+        log.info("on-CPU time from the clock between switches: %s", exc)
+        return []
+    # tasks started from now on have all their runtime charged; older ones from their next slice
+    return ["-DWATTPROBE_TASK_RUNTIME", *offsets, f"-DWATTPROBE_LOADED_NS={time.monotonic_ns()}"]
 
 
 def _fd_device_offsets(btf: Path) -> tuple[list[str], str]:

@@ -97,6 +97,14 @@ class ProcReader:
         except (OSError, StopIteration):
             return None
 
+    def runtime_ns(self, tid: int) -> int | None:
+        """The thread's se.sum_exec_runtime (the first field of /proc/<tid>/schedstat), or None."""
+        try:
+            with open(f"{self._root}/{tid}/schedstat", "rb") as f:
+                return int(f.read().split(None, 1)[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
     def tgid_of(self, tid: int) -> int | None:
         # /proc/<tid> resolves thread ids too; its status names the thread group
         try:
@@ -143,8 +151,9 @@ class EbpfSource:
             DeviceClasses(self._bpf[b"dev_class"], procfs / "devices") if ioctls else None
         )
         self._cgroups = cgroups
+        self._procs = ProcReader(procfs, cgroups.root, cgroupns_root)
         self._accounting = Accounting(
-            ProcReader(procfs, cgroups.root, cgroupns_root),
+            self._procs,
             cgroups,
             per_process=loaded.info.per_process,
             kernel_threads_apart=loaded.info.kernel_threads_apart,
@@ -260,6 +269,13 @@ class EbpfSource:
             for (start, tid, pending_key, pending_ns), again in zip(first, second, strict=True)
             if (start, tid, pending_key, pending_ns) == again
         ]
+        runtimes = None
+        if self.info.task_runtime:
+            runtimes = {}
+            for s in running:
+                ns = self._procs.runtime_ns(s.tid) if s.tid else None
+                if ns is not None:
+                    runtimes[s.tid] = ns
         return MapRead(
             exited=exited,
             tasks=tasks,
@@ -267,6 +283,7 @@ class EbpfSource:
             running_read_ns=running_read_ns,
             boot_ns=self._boot_ns(),
             seen_at=seen_at,
+            runtimes=runtimes,
         )
 
     def _learn_cgroup_paths(self) -> None:
