@@ -101,6 +101,7 @@ struct slice {
     // to the map when a slice of another key ends here. Userspace adds what is pending.
     u64 pending_key;
     u64 pending_ns;
+    u64 task;  // WATTPROBE_TASK_RUNTIME: the task start_ns is the runtime of
 };
 
 BPF_TABLE("lru_hash", u32, struct task_val, tasks, WATTPROBE_MAX_TASKS);
@@ -113,9 +114,13 @@ BPF_PERCPU_ARRAY(stats, u64, N_STATS);
 // where the root cgroup holds host processes, the PF_KTHREAD read. A cached key is valid while
 // `moves` (bumped by every cgroup v2 move) is what it was when the key was taken.
 #if defined(WATTPROBE_PER_CGROUP) && defined(WATTPROBE_RAW_SWITCH) && \
-    defined(WATTPROBE_CGROUP_ATTACH)
+    defined(WATTPROBE_CGROUP_ATTACH) && !defined(WATTPROBE_TASK_RUNTIME)
 #define CACHE_KEYS 1
 BPF_ARRAY(moves, u64, 1);
+#endif
+// the raw program's task cache (below): with the clock only, for next's thread and cached keys
+#if defined(WATTPROBE_RAW_SWITCH) && !defined(WATTPROBE_TASK_RUNTIME)
+#define SEEN_CACHE 1
 #endif
 #define KEY_UNKNOWN (~0ULL)       // no cached key: take the current one
 #define KEY_TRACKED (1ULL << 63)  // cached with the key: the process has its own entry
@@ -183,6 +188,77 @@ static __always_inline u64 cgroup_key(void) {
 }
 #endif
 
+#if defined(WATTPROBE_PER_CGROUP) && defined(WATTPROBE_TASK_RUNTIME)
+// ns per cgroup not yet added to the exited map, per CPU, direct-mapped by the task's cgroup:
+// a switch adds to its cgroup's slot here (a per-CPU array look-up is inlined, and its lines stay
+// in this CPU's cache) instead of looking the cgroup up in the shared exited hash (~250 ns a
+// switch on a node switching between hundreds of cgroups). The slot is found by the cgroup's
+// serial number (task->cgroups->dfl_cgrp->self.serial_nr; the kernel never reuses one), and
+// the cgroup id (cgrp->kn->id, two more dependent loads) is read only when a slot is taken. A
+// slot taken by another cgroup first moves its sum to the exited map. Userspace adds what the
+// slots hold.
+#define PEND_SLOTS (1 << WATTPROBE_PEND_BITS)
+#define KTHREAD_TAG (1ULL << 63)  // serial numbers count cgroups made since boot: far below
+struct pend_slot {
+    u64 key;  // exited-map key: cgroup id, or 0 for kernel threads (first: userspace reads it)
+    u64 ns;
+    u64 tag;  // the cgroup's serial number, | KTHREAD_TAG for kernel threads summed apart
+};
+BPF_PERCPU_ARRAY(pending, struct pend_slot, PEND_SLOTS);
+
+#define PTR_AT(p, off) (*(u64 *)((char *)(p) + (off)))
+
+static __always_inline void pend(struct slice *s, u64 ns) {
+    // direct loads through the BTF task pointer: no helper call, a fault reads 0
+    struct task_struct *task = bpf_get_current_task_btf();
+    struct cgroup *cgrp = (struct cgroup *)PTR_AT(
+        PTR_AT(task, WATTPROBE_OFF_TASK_CGROUPS), WATTPROBE_OFF_CSS_SET_DFL_CGRP);
+    u64 tag = PTR_AT(cgrp, WATTPROBE_OFF_CGROUP_SERIAL);
+#if defined(WATTPROBE_OFF_TASK_FLAGS) && defined(WATTPROBE_ROOT_CGROUP)
+    u32 flags = *(u32 *)((char *)task + WATTPROBE_OFF_TASK_FLAGS);
+    if (flags & PF_KTHREAD_)
+        tag |= KTHREAD_TAG;
+#endif
+    u32 index = (tag * 0x9E3779B97F4A7C15ULL) >> (64 - WATTPROBE_PEND_BITS);
+    struct pend_slot *p = pending.lookup(&index);
+    if (p && p->tag == tag && p->ns) {
+        p->ns += ns;  // this CPU's slot: no other writer
+        return;
+    }
+    u64 key = PTR_AT(PTR_AT(cgrp, WATTPROBE_OFF_CGROUP_KN), WATTPROBE_OFF_KERNFS_ID);
+#if defined(WATTPROBE_OFF_TASK_FLAGS) && defined(WATTPROBE_ROOT_CGROUP)
+    if ((tag & KTHREAD_TAG) && key == WATTPROBE_ROOT_CGROUP)
+        key = 0;  // kernel threads of the root cgroup, apart from its processes
+#endif
+    if (!p) {
+        add_exited(key, ns, 0, 0);
+        return;
+    }
+    // the slot first, then the map: a reader (the map, then the slots) may miss the sum for
+    // one read, never see it twice
+    u64 old_key = p->key, old_ns = p->ns;
+    *(volatile u64 *)&p->ns = ns;
+    *(volatile u64 *)&p->key = key;
+    p->tag = tag;
+    if (old_ns)
+        add_exited(old_key, old_ns, 0, 0);
+}
+#elif defined(WATTPROBE_PER_CGROUP)
+// ns for exited-map key `key`, summed in this CPU's slot while consecutive slices have that key
+static __always_inline void pend(struct slice *s, u64 key, u64 ns) {
+    if (s->pending_key != key) {
+        // only this CPU writes its slot: plain stores; pending_ns last, so a reader that
+        // sees the new key with the old sum is caught by its second read (the slot moved)
+        if (s->pending_ns)
+            add_exited(s->pending_key, s->pending_ns, 0, 0);
+        s->pending_key = key;
+        s->pending_ns = ns;
+    } else {
+        s->pending_ns += ns;
+    }
+}
+#endif
+
 // Adds ns of CPU time and nv, drm GPU ioctls to the current process.
 //
 // Per-cgroup mode (WATTPROBE_PER_CGROUP, the default unless per-process metrics are wanted):
@@ -197,7 +273,16 @@ static __always_inline u64 cgroup_key(void) {
 static __always_inline int account(struct slice *s, u32 tgid, u64 ns, u64 nv, u64 drm,
                                    bool exiting, u64 hint) {
     struct task_val *v = NULL;
-#ifdef WATTPROBE_PER_CGROUP
+#if defined(WATTPROBE_PER_CGROUP) && defined(WATTPROBE_TASK_RUNTIME)
+    // CPU time always goes to the cgroup's sum (nothing per switch tells a tracked process
+    // apart without a per-task look-up); a tracked process's own entry holds its GPU ioctls
+    if (ns)
+        pend(s, ns);
+    if (!(nv | drm))
+        return 0;
+    ns = 0;
+    v = tasks.lookup(&tgid);
+#elif defined(WATTPROBE_PER_CGROUP)
 #ifdef WATTPROBE_IOCTLS
     // without the ioctl probe no process is ever tracked: no look-up by tgid at all; with it,
     // none for a task known to have no entry, unless this slice made a GPU ioctl
@@ -205,17 +290,7 @@ static __always_inline int account(struct slice *s, u32 tgid, u64 ns, u64 nv, u6
         v = tasks.lookup(&tgid);
 #endif
     if (!v && !(nv | drm)) {
-        u64 key = hint == KEY_UNKNOWN ? cgroup_key() : (hint & ~KEY_TRACKED);
-        if (s->pending_key != key) {
-            // only this CPU writes its slot: plain stores; pending_ns last, so a reader that
-            // sees the new key with the old sum is caught by its second read (start_ns moved)
-            if (s->pending_ns)
-                add_exited(s->pending_key, s->pending_ns, 0, 0);
-            s->pending_key = key;
-            s->pending_ns = ns;
-        } else {
-            s->pending_ns += ns;
-        }
+        pend(s, hint == KEY_UNKNOWN ? cgroup_key() : (hint & ~KEY_TRACKED), ns);
         return 0;
     }
 #else
@@ -258,54 +333,63 @@ static __always_inline int account(struct slice *s, u32 tgid, u64 ns, u64 nv, u6
 }
 
 #ifdef WATTPROBE_TASK_RUNTIME
-// The kernel's own runtime of each task (se.sum_exec_runtime: what cgroup cpu.stat sums, updated
-// by the scheduler before it switches a task out) up to its last charge. Task-local storage:
-// the kernel frees it with the task, and a look-up is a per-task cache slot, not a hash.
-struct runtime_val {
-    u64 charged;  // se.sum_exec_runtime when the task's time was last charged
-    u64 known;    // 0: storage just made, charged not yet set
-};
-BPF_TASK_STORAGE(runtimes, struct runtime_val);
+// On-CPU time is the kernel's own per-task runtime, se.sum_exec_runtime: what cgroup cpu.stat
+// sums, brought up to date by the scheduler before sched_switch fires. The raw program reads the
+// incoming task's runtime into this CPU's slot (start_ns, with its task pointer); when that task
+// leaves the CPU, its runtime then less the slot's is the slice, exactly what the kernel charged
+// its cgroup in between, whatever its scheduling class. No clock read, no per-task map. The
+// first slice on each CPU after the load (no slot yet) is charged from prev_sum_exec_runtime.
+#include <uapi/linux/bpf_perf_event.h>
 
-// ns of runtime the current (outgoing) task has accumulated since its last charge, marked as
-// charged. A task seen for the first time: all of its runtime if it started after the probes
-// were compiled (WATTPROBE_LOADED_NS, monotonic like task->start_time), else the slice that ends
-// now (sum_exec_runtime - prev_sum_exec_runtime, set when it was last picked), its earlier
-// runtime being from before the load.
-static __always_inline u64 runtime_delta(void) {
-    struct task_struct *task = bpf_get_current_task_btf();
-    u64 sum = *(u64 *)((char *)task + WATTPROBE_OFF_SUM_EXEC);
-    struct runtime_val *r =
-        runtimes.task_storage_get(task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-    if (!r)
+#define TASK_U64(task, off) (*(u64 *)((char *)(task) + (off)))
+
+// ns the current (outgoing) task `prev` ran in the slice that ends now
+static __always_inline u64 runtime_delta(struct slice *s, u64 prev) {
+    struct task_struct *task = bpf_get_current_task_btf();  // prev: direct loads, no helper
+    u64 sum = TASK_U64(task, WATTPROBE_OFF_SUM_EXEC);
+    // both loaded, then chosen: one load instruction may not serve two kinds of pointer
+    u64 picked = *(volatile u64 *)((char *)task + WATTPROBE_OFF_PREV_SUM_EXEC);
+    u64 start = *(volatile u64 *)&s->start_ns;
+    u64 base = s->task == prev ? start : picked;
+    return sum > base ? sum - base : 0;
+}
+
+// Names the slice in flight on this CPU for userspace, once a second per CPU (a cpu-clock perf
+// event): a long slice is credited before it ends, and sched_switch pays nothing for naming
+// but clearing the name.
+int name_slice(struct bpf_perf_event_data *ctx) {
+    u32 zero = 0;
+    struct slice *s = running.lookup(&zero);
+    if (!s)
         return 0;
-    u64 charged = r->charged;
-    if (!r->known) {
-        u64 started = *(u64 *)((char *)task + WATTPROBE_OFF_START_TIME);
-        u64 prev = *(u64 *)((char *)task + WATTPROBE_OFF_PREV_SUM_EXEC);
-        charged = started >= WATTPROBE_LOADED_NS ? 0 : (prev <= sum ? prev : sum);
-        r->known = 1;
-    }
-    if (sum <= charged)
-        return 0;  // nothing new: no store
-    r->charged = sum;
-    return sum - charged;
+    u64 id = bpf_get_current_pid_tgid();
+    if ((u32)id && s->task == (u64)bpf_get_current_task())
+        *(volatile u64 *)&s->tid = (u32)id;  // start_ns is this slice's already
+    return 0;
 }
 #endif
 
 // The slice that ends now on this CPU goes to the current (outgoing) task's process, with the
 // GPU ioctls it made; next_tid (0: unknown or idle) starts a new slice. Returns what account()
 // returned, or -1 if nothing was accounted.
-static __always_inline int switch_slice(u64 id, u64 next_tid, u64 next_start, bool exiting,
-                                        u64 hint) {
+#define tgid_of(id) ((u32)((id) >> 32))
+
+// prev, next, next_start: with WATTPROBE_TASK_RUNTIME, the outgoing and incoming tasks and the
+// incoming one's runtime now
+static __always_inline int switch_slice(u64 id, u64 next_tid, bool exiting, u64 hint, u64 prev,
+                                        u64 next, u64 next_start) {
     u32 zero = 0;
     struct slice *s = running.lookup(&zero);
     if (!s)
         return -1;
 #ifdef WATTPROBE_TASK_RUNTIME
-    // start first, then tid: userspace reads the slot twice and keeps it only if both agree
+    u64 ns = tgid_of(id) ? runtime_delta(s, prev) : 0;
+    // the next slice: unnamed until name_slice() samples it; tid first, so a reader that sees
+    // a name sees it with its own start
+    if (s->tid)
+        *(volatile u64 *)&s->tid = 0;
     *(volatile u64 *)&s->start_ns = next_start;
-    *(volatile u64 *)&s->tid = next_tid;
+    s->task = next;
 #else
     u64 now = bpf_ktime_get_ns();
     u64 start = s->start_ns;
@@ -324,9 +408,7 @@ static __always_inline int switch_slice(u64 id, u64 next_tid, u64 next_start, bo
     u32 tgid = id >> 32;
     if (tgid == 0)
         return -1;  // the idle task
-#ifdef WATTPROBE_TASK_RUNTIME
-    u64 ns = runtime_delta();
-#else
+#ifndef WATTPROBE_TASK_RUNTIME
     u64 ns = start ? now - start : 0;  // 0: first switch on this CPU since load
 #endif
     if (!(ns | nv | drm))
@@ -335,6 +417,7 @@ static __always_inline int switch_slice(u64 id, u64 next_tid, u64 next_start, bo
 }
 
 #ifdef WATTPROBE_RAW_SWITCH
+#ifdef SEEN_CACHE
 // Task pointer -> pid_tgid, direct-mapped: a slot holds the last task switched out whose pointer
 // hashes to it. Reading it saves a helper call per switch (a call costs ~20 ns where returns
 // are mitigated), and it names the task that a CPU switches to, for userspace's time in flight:
@@ -397,26 +480,29 @@ static __always_inline void seen_store(struct seen_task *e, u64 task, u64 id, u6
     e->check = task ^ id;
 #endif
 }
+#endif  // SEEN_CACHE
 
 RAW_TRACEPOINT_PROBE(sched_switch) {
     // args: preempt, prev, next, prev_state; prev is current. prev_state is an argument since
     // 5.18: older kernels refuse a program that reads it, and userspace takes the classic one.
+#ifdef WATTPROBE_TASK_RUNTIME
+    u64 next = ctx->args[2];
+    u64 next_start = 0;
+    bpf_probe_read_kernel(&next_start, sizeof(next_start),
+                          (void *)(next + WATTPROBE_OFF_SUM_EXEC));
+    switch_slice(bpf_get_current_pid_tgid(), 0, !ctx->args[0] && (ctx->args[3] & TASK_DEAD),
+                 KEY_UNKNOWN, ctx->args[1], next, next_start);
+    return 0;
+#else
     u64 prev = ctx->args[1];
     u64 next = ctx->args[2];
     bool dead = !ctx->args[0] && (ctx->args[3] & TASK_DEAD);
 
     u64 unused_key, unused_gen;
-    u64 next_tid = 0, next_start = 0;
+    u64 next_tid = 0;
     struct seen_task *n = seen_slot(next);
     if (n)
         next_tid = (u32)seen_id(n, next, &unused_key, &unused_gen);
-#ifdef WATTPROBE_TASK_RUNTIME
-    // the slice in flight is named only for a known thread: then its runtime as it starts
-    if (next_tid &&
-        bpf_probe_read_kernel(&next_start, sizeof(next_start),
-                              (void *)(next + WATTPROBE_OFF_SUM_EXEC)) != 0)
-        next_tid = 0;
-#endif
 
     struct seen_task *p = seen_slot(prev);
     if (!p)
@@ -431,19 +517,19 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     if (!id) {
         id = bpf_get_current_pid_tgid();  // 0: the idle task, never remembered
         if (!id) {
-            switch_slice(0, next_tid, next_start, dead, KEY_UNKNOWN);  // still starts the next slice
+            switch_slice(0, next_tid, dead, KEY_UNKNOWN, 0, 0, 0);  // still starts the next slice
             return 0;
         }
         key = KEY_UNKNOWN;  // not known to have an entry: look it up once
         if (dead) {
-            switch_slice(id, next_tid, next_start, dead, KEY_UNKNOWN);
+            switch_slice(id, next_tid, dead, KEY_UNKNOWN, 0, 0, 0);
             return 0;
         }
     }
     u64 hint = key;
     if (gen != now_gen || key == KEY_UNKNOWN)
         hint = cgroup_key() | (key & KEY_TRACKED);  // moved since, or new: take it again
-    int tracked = switch_slice(id, next_tid, next_start, dead, hint);
+    int tracked = switch_slice(id, next_tid, dead, hint, 0, 0, 0);
     if (dead) {
         p->check = 0;  // its task_struct may come back as another task
     } else {
@@ -461,21 +547,16 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     } else if (dead) {
         p->check = 0;  // its task_struct may come back as another task
     }
-    switch_slice(id, next_tid, next_start, dead, KEY_UNKNOWN);
+    switch_slice(id, next_tid, dead, KEY_UNKNOWN, 0, 0, 0);
 #endif
     return 0;
+#endif  // WATTPROBE_TASK_RUNTIME
 }
 #else
 TRACEPOINT_PROBE(sched, sched_switch) {
     // current is still the task switching out
-#ifdef WATTPROBE_TASK_RUNTIME
-    // next's runtime is out of reach here: its slice in flight goes unnamed until it ends
-    u64 next_tid = 0;
-#else
-    u64 next_tid = args->next_pid;
-#endif
-    switch_slice(bpf_get_current_pid_tgid(), next_tid, 0, (args->prev_state & STATE_EXITED) != 0,
-                 KEY_UNKNOWN);
+    switch_slice(bpf_get_current_pid_tgid(), args->next_pid,
+                 (args->prev_state & STATE_EXITED) != 0, KEY_UNKNOWN, 0, 0, 0);
     return 0;
 }
 #endif
@@ -542,7 +623,7 @@ TRACEPOINT_PROBE(sched, sched_process_exec) {
         // the cgroup here also covers a move that raced the entry being made
         v->cgroup_id = bpf_get_current_cgroup_id();
     }
-#ifdef WATTPROBE_RAW_SWITCH
+#ifdef SEEN_CACHE
     // a thread other than the leader that execs takes the leader's pid
     u64 task = bpf_get_current_task();
     struct seen_task *e = seen_slot(task);

@@ -229,14 +229,21 @@ def _compare(per_process: EbpfSource, per_cgroup: EbpfSource) -> None:
         paths = {n: "/" + str(d.relative_to(v2_root())) for n, d in cg.items()}
         entries = {s.map: s.entries for s in per_cgroup.map_stats()}
 
+    exact = per_cgroup.info.task_runtime and per_process.info.task_runtime
+    assert exact == (per_cgroup.info.switch_probe == "raw"), "task runtime where the kernel has it"
     for name in names:
         got, want = b.cpu[paths[name]], truth[name]
         assert want > 0.01, (name, want)
         per_proc = a.cpu[paths[name]]
         print(f"{name}: per-cgroup {got:.4f}, per-process {per_proc:.4f}, cpu.stat {want:.4f} s")
-        # the probe charges the kernel's own per-task runtime (what cpu.stat sums) to the cgroup
-        # the task is in when it is switched out: issue 27's goal is +-0.3 % per cgroup (measured
-        # on this VM: equal to the 0.1 ms printed, the mover's two cgroups included)
+        if not exact:
+            # the classic program (kernels before 5.18) measures slices with the clock, which
+            # also counts interrupts (and steal in a VM): a little above cpu.stat
+            assert got == pytest.approx(want, rel=0.03, abs=0.02), (name, got, want)
+            continue
+        # the raw program charges the kernel's own per-task runtime (what cpu.stat sums) to the
+        # cgroup the task is in when it is switched out: issue 27's goal is +-0.3 % per cgroup
+        # (measured on this VM: equal to the 0.1 ms printed, the mover's two cgroups included)
         assert got == pytest.approx(want, rel=0.003, abs=0.0005), (name, got, want)
         if name not in ("move1", "move2"):
             # per-process mode credits a process to the cgroup it is in at the read, which
@@ -250,7 +257,7 @@ def _compare(per_process: EbpfSource, per_cgroup: EbpfSource) -> None:
     for group in groups:
         got_a = sum(a.cpu[paths[n]] for n in group)
         got_b = sum(b.cpu[paths[n]] for n in group)
-        assert got_b == pytest.approx(got_a, rel=0.003, abs=0.003), group
+        assert got_b == pytest.approx(got_a, rel=0.003 if exact else 0.03, abs=0.003), group
     nv_dr = {"nvidia": 300, "drm": 100}
     assert a.ioctls[paths["gpu"]] == nv_dr
     assert b.ioctls[paths["gpu"]] == nv_dr
@@ -258,7 +265,6 @@ def _compare(per_process: EbpfSource, per_cgroup: EbpfSource) -> None:
     # no other process of the workload did
     assert b.pids[paths["gpu"]] == {gpu.pid}
     assert all(not b.pids[paths[n]] for n in names if n != "gpu")
-    assert per_cgroup.info.task_runtime and per_process.info.task_runtime
     assert a.pids[paths["churn"]], "the per-process path keys the churn by PID"
     # kernel threads are summed apart (PF_KTHREAD), not with the root cgroup's processes
     assert (0, 0) in b.kernel_thread_keys

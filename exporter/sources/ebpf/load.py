@@ -93,7 +93,11 @@ MAX_TASKS = 32768  # live processes plus tombstones of the processes that exited
 MAX_CGROUPS = 8192
 ROOT_CGROUP_ID = 1  # the cgroup v2 root's kernfs id (its directory's inode)
 SEEN_BITS = 16  # the raw sched_switch program's task cache: 65536 slots of 16 bytes
+# per-cgroup sums not yet in the exited map, per CPU (task runtime): 512 slots of 16 bytes, so
+# a node's few hundred busy cgroups seldom share one
+PEND_BITS = 9
 
+PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK = 1, 0  # include/uapi/linux/perf_event.h
 RAW = "raw"  # sched_switch attached as a raw tracepoint (4.17+): no argument formatting
 CLASSIC = "classic"  # through tracefs's sched:sched_switch: costs more per context switch
 
@@ -284,8 +288,9 @@ def load(
     btf: the kernel's BTF, where the ioctl probe's struct offsets come from; without it the
     probe cannot tell an ioctl's device, and is not attached.
     proc_devices: /proc/devices, naming the GPU device majors (gpu_majors.py).
-    task_runtime: charge the kernel's own per-task runtime (needs BTF and task-local storage,
-    5.11+; without them, or if the kernel refuses the program, the clock between switches).
+    task_runtime: charge the kernel's own per-task runtime (needs BTF, a BTF task pointer (5.11+)
+    and the raw sched_switch program; without them, or if the kernel refuses the program, the
+    clock between switches).
     """
     source = source or bpf_source()
     try:
@@ -306,7 +311,8 @@ def load(
     cflags += optional
     if not per_process:
         cflags += _per_cgroup_flags(btf, root_cgroup_id)
-    runtime = _runtime_flags(btf) if task_runtime else []
+    # the raw program reads the incoming task's runtime; the classic one has no pointer to it
+    runtime = _runtime_flags(btf) if task_runtime and raw_switch is not False else []
     cflags += headers.cflags()
 
     switch_probe = CLASSIC if raw_switch is False else RAW
@@ -326,7 +332,8 @@ def load(
             error,
         )
         switch_probe = CLASSIC
-        bpf, error, text = _compile(bcc, source, headers, cflags + runtime, switch_probe)
+        runtime = []
+        bpf, error, text = _compile(bcc, source, headers, cflags, switch_probe)
     compile_s = time.perf_counter() - start
     if error is not None:
         reason = COMPILE_FAILED if "compile" in str(error).lower() else LOAD_FAILED
@@ -337,6 +344,8 @@ def load(
         log.debug("bcc output while compiling %s:\n%s", source, text.rstrip())
     if "-DWATTPROBE_IOCTLS" in cflags:
         _fill_dev_class(bpf, proc_devices)
+    if runtime:
+        _attach_slice_namer(bpf)
     _release_compiler_memory()
     info = LoadInfo(
         headers=headers,
@@ -395,6 +404,25 @@ def _per_cgroup_flags(btf: Path, root_cgroup_id: int) -> list[str]:
     return [*flags, f"-DWATTPROBE_ROOT_CGROUP={root_cgroup_id}"]
 
 
+SAMPLE_PERIOD_NS = 1_000_000_000  # name_slice(): how often each CPU's slice in flight is named
+NAME_SLICE_FN = b"name_slice"
+
+
+def _attach_slice_namer(bpf: Any) -> None:
+    """A cpu-clock perf event per CPU runs name_slice() once a second: it names the slice in
+    flight there, so userspace can credit a long one before it ends. Without it (perf events
+    refused) a slice is credited when it ends."""
+    try:
+        bpf.attach_perf_event(
+            ev_type=PERF_TYPE_SOFTWARE,
+            ev_config=PERF_COUNT_SW_CPU_CLOCK,
+            fn_name=NAME_SLICE_FN,
+            sample_period=SAMPLE_PERIOD_NS,
+        )
+    except Exception as exc:  # bcc raises bare Exception
+        log.warning("slices in flight credited only when they end: %s", exc)
+
+
 def _runtime_flags(btf: Path) -> list[str]:
     """-D flags for on-CPU time from the kernel's per-task runtime, or [] without BTF."""
     try:
@@ -402,8 +430,11 @@ def _runtime_flags(btf: Path) -> list[str]:
     except BtfError as exc:
         log.info("on-CPU time from the clock between switches: %s", exc)
         return []
-    # tasks started from now on have all their runtime charged; older ones from their next slice
-    return ["-DWATTPROBE_TASK_RUNTIME", *offsets, f"-DWATTPROBE_LOADED_NS={time.monotonic_ns()}"]
+    return [
+        "-DWATTPROBE_TASK_RUNTIME",
+        *offsets,
+        f"-DWATTPROBE_PEND_BITS={PEND_BITS}",
+    ]
 
 
 def _fd_device_offsets(btf: Path) -> tuple[list[str], str]:
