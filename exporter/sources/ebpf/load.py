@@ -318,8 +318,9 @@ def load(
     switch_probe = CLASSIC if raw_switch is False else RAW
     start = time.perf_counter()
     bpf, error, text = _compile(bcc, source, headers, cflags + runtime, switch_probe)
-    if error is not None and runtime:
-        # task-local storage or a BTF task pointer refused (kernels before 5.11): the clock
+    if error is not None and runtime and not raw_attach_failed(error):
+        # a BTF task pointer or a perf-event program refused (kernels before 5.11): the clock
+        # (a refused raw tracepoint is the classic program's case, below, which has no runtime)
         log.warning("on-CPU time from task runtime unavailable (%s); using the clock", error)
         runtime = []
         bpf, error, text = _compile(bcc, source, headers, cflags, switch_probe)
