@@ -33,13 +33,13 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.sources.ebpf.load import SCHED_SWITCH, load
+from exporter.sources.activity.ebpf.load import SCHED_SWITCH, load
 from tests.benchmarks.common import Context, Figure, LoadSample, Section, machine_load
 from tests.benchmarks.ebpf_bench import PROGRAMS, Probes, bpf_stats, build_load, run_load
 from tests.benchmarks.livenode import live_node, processes_now
 from tests.benchmarks.servers import fetch, node_exporter, wattprobe
 from tests.benchmarks.synthetic import HostShape
-from tests.running import parse_samples
+from tests.support.running import parse_samples
 
 COMMAND = "python -m tests.benchmarks --only node-cost"
 LEVELS = {  # name: (processes, wake period ms, spin µs)

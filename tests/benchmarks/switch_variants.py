@@ -19,7 +19,7 @@ import statistics
 import time
 from pathlib import Path
 
-from exporter.sources.ebpf.load import SCHED_SWITCH, load
+from exporter.sources.activity.ebpf.load import SCHED_SWITCH, load
 from tests.benchmarks.common import Context
 from tests.benchmarks.ebpf_bench import Probes, bpf_stats
 from tests.benchmarks.livenode import live_node
