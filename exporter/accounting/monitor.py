@@ -150,7 +150,9 @@ class Monitor:
         now = self._clock()
         read = self._round.read()
         activity = self._activity.interval(now, read.cpu, read.tasks)
-        zone_energy = self._zones.measure(read.readings, activity.usage, self._sequence)
+        zone_energy = self._zones.measure(
+            read.readings, activity.usage, self._sequence, unread=dict(read.unread)
+        )
         # zones known from earlier intervals count too, so a zone missing once does not change
         # which kinds are attributed
         attributed = self._zones.attributed_kinds(
@@ -192,6 +194,7 @@ class Monitor:
         return self._gpu.interval(
             reading,
             stamp,
+            unread=dict(read.unread),
             tasks=activity.tasks,
             ioctl_deltas=activity.ioctl_deltas,
             owner=activity.owner,

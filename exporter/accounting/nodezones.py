@@ -37,9 +37,22 @@ class NodeZones:
         readings: Sequence[tuple[EnergyReading, float]],
         usage: float | None,
         interval: int,
+        *,
+        unread: Mapping[str, str] | None = None,
     ) -> ZoneJoules:
-        """(active, idle) joules per measured zone over the interval."""
+        """(active, idle) joules per measured zone over the interval.
+
+        unread: source -> why it gave nothing this interval (failed, timed out, still busy):
+        each zone it had is marked down with that reason, so the fault shows per device (device
+        up 0, a rejection counted, a log line per episode), not only on source_up."""
         out: ZoneJoules = {}
+        for source, why in (unread or {}).items():
+            fault = f"source {why or 'gave nothing'}"
+            for (_zone, _device, src), down in self._meters.items():
+                if src == source:
+                    down.measure(
+                        DeviceSample(stamp=0.0, fault=fault), interval=interval, utilization=None
+                    )
         for reading, stamp in readings:
             zid = (reading.zone, reading.device, reading.source)
             meter = self._meters.get(zid)

@@ -30,13 +30,16 @@ from exporter.app.runtime import tune_for_serving
 from exporter.app.wiring import StartupError
 from exporter.model.config import (
     DEFAULT_PORT,
+    INTERVAL_RANGE,
+    RETENTION_RANGE,
+    TIMEOUT_RANGE,
     ActivitySource,
     Config,
     GpuIoctls,
     HttpLimits,
     IdleAttribution,
     IdlePower,
-    parse_duration,
+    bounded_duration,
     parse_listen_address,
 )
 from exporter.web.config import WebConfigError
@@ -264,21 +267,21 @@ def web_options(func: F) -> F:
             "--web.read-header-timeout",
             "web_header_timeout_s",
             default=f"{limits.header_timeout_s:g}s",
-            callback=_converter(parse_duration),
+            callback=_converter(bounded_duration(TIMEOUT_RANGE)),
             help="time a client has to send a request's headers (and do its TLS handshake)",
         ),
         _option(
             "--web.idle-timeout",
             "web_idle_timeout_s",
             default=f"{limits.idle_timeout_s:g}s",
-            callback=_converter(parse_duration),
+            callback=_converter(bounded_duration(TIMEOUT_RANGE)),
             help="how long an idle keep-alive connection stays open",
         ),
         _option(
             "--web.write-timeout",
             "web_write_timeout_s",
             default=f"{limits.write_timeout_s:g}s",
-            callback=_converter(parse_duration),
+            callback=_converter(bounded_duration(TIMEOUT_RANGE)),
             help="time a client has to take a response",
         ),
         _option(
@@ -373,14 +376,16 @@ def cli() -> None:
     "--interval",
     "interval_s",
     default="5s",
-    callback=_converter(parse_duration),
+    callback=_converter(bounded_duration(INTERVAL_RANGE)),
     help="attribution interval",
 )
 @_option(
     "--source.timeout",
     "source_timeout_s",
     default="auto",
-    callback=_converter(lambda t: None if t.strip() in ("", "auto") else parse_duration(t)),
+    callback=_converter(
+        lambda t: None if t.strip() in ("", "auto") else bounded_duration(TIMEOUT_RANGE)(t)
+    ),
     help="how long an interval waits for a source's read; a source that takes longer is "
     "reported as timed out and not read again until its read returns [auto: half the "
     "interval, at least 1s]",
@@ -390,7 +395,7 @@ def cli() -> None:
     "--workload.retention",
     "retention_s",
     default="10m",
-    callback=_converter(parse_duration),
+    callback=_converter(bounded_duration(RETENTION_RANGE)),
     help="how long series of terminated containers and processes stay",
 )
 @kube_options
@@ -527,7 +532,7 @@ def check(as_json: bool, **kw: Any) -> None:
     "--interval",
     "interval_s",
     default=None,
-    callback=_converter(parse_duration),
+    callback=_converter(bounded_duration(INTERVAL_RANGE)),
     help="measuring interval [default: 2s]; with --from, how often to read [default: 1s]",
 )
 @click.option("--once", is_flag=True, help="print one screen after the first interval and exit")

@@ -38,6 +38,7 @@ from exporter.model.readings import SourceError
 from exporter.sources.activity.ebpf.kheaders import KernelHeaders
 from exporter.sources.activity.ebpf.load import (
     LOAD_FAILED,
+    LOADER_KILLED,
     MAX_CGROUPS,
     MAX_TASKS,
     PROC_DEVICES,
@@ -49,7 +50,15 @@ from exporter.sources.activity.ebpf.maps import MapTable, ctype_from_layout, cty
 
 log = logging.getLogger(__name__)
 
-MAPS = ("tasks", "exited", "running", "stats", "cgroup_paths", "dev_class")  # what EbpfSource uses
+MAPS = (
+    "tasks",
+    "exited",
+    "running",
+    "stats",
+    "cgroup_paths",
+    "dev_class",
+    "pending",
+)  # what EbpfSource uses
 TIMEOUT_S = 300.0  # the compile takes seconds; a child that hangs must not hang start-up
 _MAX_MESSAGE = 1 << 20
 
@@ -127,6 +136,10 @@ def load_in_child(
             raise SourceError(LOAD_FAILED, f"eBPF loader process: {exc}") from exc
         status = proc.wait(timeout=TIMEOUT_S)
     if not msg:
+        if status < 0:  # killed mid-compile: not the kernel's refusal, and not hung either
+            raise SourceError(
+                LOADER_KILLED, f"eBPF loader process killed by signal {-status} while compiling"
+            )
         raise SourceError(LOAD_FAILED, f"eBPF loader process exited with status {status}")
     reply = json.loads(msg)
     if "error" in reply:
@@ -225,6 +238,10 @@ def child(sock_fd: int) -> None:
         for event, fd in loaded.bpf.raw_tracepoint_fds.items():  # keyed by event alone
             name = next(t for t in loaded.info.tracepoints if t.endswith(f":{event.decode()}"))
             attachments[name] = fd
+        # the slice namer's cpu-clock perf events (task runtime): one per CPU
+        for (_type, _config), per_cpu in getattr(loaded.bpf, "open_perf_events", {}).items():
+            for cpu, fd in per_cpu.items():
+                attachments[f"perf:cpu-clock:{cpu}"] = fd
         names = sorted(attachments)
         fds += [attachments[name] for name in names]
         reply: dict[str, Any] = {

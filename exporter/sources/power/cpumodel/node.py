@@ -8,11 +8,10 @@ fails the agent.
 
 from __future__ import annotations
 
-import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.host.hostfile import read_text_bounded
 from exporter.sources.power.cpumodel.lookup import Estimate, estimate_for, match_instance
 
 _MAX_READ = 1 << 20  # cpuinfo of a 512-thread host is ~700 KiB; the first CPU's lines suffice
@@ -27,28 +26,12 @@ class NodeFacts:
 
 
 def _read(path: Path, limit: int = _MAX_READ) -> str:
-    """A regular file's first `limit` bytes; "" for anything else. Opened non-blocking and
-    checked: a FIFO planted where cpuinfo should be must not hang the source's reader."""
+    """A regular file's first `limit` bytes; "" for anything else (exporter/host/hostfile.py:
+    non-blocking, checked, so a FIFO planted where cpuinfo should be cannot hang the source)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        return read_text_bounded(str(path), limit)
     except OSError:
         return ""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ""
-        chunks: list[bytes] = []
-        left = limit
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks).decode("utf-8", "replace")
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
 
 
 def cpu_model_name(cpuinfo: str) -> str:
