@@ -6,7 +6,7 @@ ARGS ?=
 SRC := exporter tests alerts dashboards deploy docs
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-test run test pytest fmt lint bench golden docs manifests monitoring image image-multiarch clean
+.PHONY: help setup setup-test run test pytest fmt lint bench golden docs manifests monitoring gpu-validate image image-multiarch clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -55,6 +55,12 @@ MULTI_CLUSTER ?=
 monitoring: ## render rules, PrometheusRule and dashboards for your scrape JOB (and RUNBOOK_BASE, MULTI_CLUSTER=1) into OUT
 	$(PY) -m alerts.generate --job '$(JOB)' --runbook-base '$(RUNBOOK_BASE)' --out '$(OUT)'
 	$(PY) -m dashboards.generate --job '$(JOB)' $(if $(MULTI_CLUSTER),--multi-cluster) --out '$(OUT)/dashboards'
+
+# OUT from the command line or the environment (the device machine sets it), else build/gpu-validate
+GPU_OUT = $(if $(filter file,$(origin OUT)),build/gpu-validate,$(OUT))
+BUDGET_S ?= 420
+gpu-validate: ## validate the NVML path on this machine's GPU into OUT (docs/gpu.md; PY=python3 where there is no venv)
+	PYTHONPATH=. $(PY) tests/gpu_real/validate.py --out '$(GPU_OUT)' --budget-s $(BUDGET_S) $(ARGS)
 
 image: ## build the agent image (needs docker or buildah; not part of `make test`)
 	docker build -f deploy/Dockerfile -t ghcr.io/wattprobe/wattprobe:$$($(PY) -c 'import exporter; print(exporter.__version__)') .
