@@ -26,7 +26,9 @@ FIELDS: dict[str, Callable[[Any, int], str]] = {
 
 
 def main(argv: list[str]) -> int:
-    opts = dict(a.lstrip("-").split("=", 1) for a in argv)
+    opts = dict(a.lstrip("-").split("=", 1) for a in argv if "=" in a)
+    if "-lms" in argv:  # `-lms N`, as nvidia-smi takes it
+        opts["lms"] = argv[argv.index("-lms") + 1]
     if opts.get("format") != "csv,noheader,nounits" or "query-gpu" not in opts:
         print(f"fake nvidia-smi: unsupported arguments {argv}", file=sys.stderr)
         return 2

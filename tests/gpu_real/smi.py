@@ -24,7 +24,7 @@ FIELDS = (
 
 def command(binary: str, period_ms: int = 100) -> list[str]:
     query = ",".join(FIELDS)
-    return [binary, f"--query-gpu={query}", "--format=csv,noheader,nounits", f"-lms={period_ms}"]
+    return [binary, f"--query-gpu={query}", "--format=csv,noheader,nounits", "-lms", str(period_ms)]
 
 
 def parse_row(line: str) -> dict[str, float | None] | None:

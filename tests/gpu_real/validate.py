@@ -169,6 +169,7 @@ class Run:
         self.system: dict[str, Answer] = {}
         self.identities: list[dict[str, Answer]] = []
         self.busy: list[dict[str, Answer]] | None = None
+        self.last_sample: dict[str, Answer] = {}
 
     # -- steps ---------------------------------------------------------------------------
 
@@ -192,7 +193,9 @@ class Run:
             self.driver.start()
         self.start_smi()
         self.start_agent()
+        write_report(self.out, self.report)  # checkpoints: a killed run leaves what it had
         self.start_load(engine, gpu)
+        write_report(self.out, self.report)
         self.measure(gpu)
 
     def start_smi(self) -> None:
@@ -252,44 +255,21 @@ class Run:
             load.send(f"duty {duty}")
             if self.driver is not None:
                 self.driver.set(duty=duty)
-            seen_in_procs = seen_in_util = False
-            sample: dict[str, Answer] = {}
             end = time.monotonic() + phase_s
-            first = True  # one sample per phase at least, however short the budget left it
-            while first or (time.monotonic() < end and self.budget.left() > reserve):
-                first = False
-                sample = self.nvml.sample(gpu)
-                pids = [v for k, v in sample.items() if k.endswith(".pid")]
-                seen_in_procs |= any(
-                    k.startswith("proc.") and v == load.proc.pid for k, v in sample.items()
-                )
-                seen_in_util |= any(
-                    k.startswith("putil.") and k.endswith(".pid") and v == load.proc.pid
-                    for k, v in sample.items()
-                )
-                if duty == max(duties) and load.proc.pid in pids:
-                    self.busy = [
-                        {**self.identities[i], **(sample if i == gpu else self.nvml.sample(i))}
-                        for i in range(len(self.nvml.handles))
-                    ]
-                if n == 0 and self.driver is not None and "fake_xid" not in self.report:
-                    self.driver.inject_xid(FAKE_XID)
-                    self.report["fake_xid"] = FAKE_XID
-                now_usage = agent.usage()
-                peak_rss = max(peak_rss, now_usage.rss_bytes if now_usage else 0)
-                time.sleep(min(self.args.sample_s, max(0.0, end - time.monotonic())))
+            seen = self._sample_until(end, reserve, gpu, busy=duty == max(duties), first=n == 0)
+            peak_rss = max(peak_rss, seen.pop("peak_rss"))
             when, after = agent.next_interval(self.budget.cap(wait_s))
             smi_row = self.smi.nearest(gpu, when) if self.smi else None
             phases.append(
                 {
                     "duty": duty,
-                    "load_in_process_list": seen_in_procs,
-                    "load_in_process_utilization": seen_in_util,
+                    **seen,
                     "billing": figures.phase_billing(before, after, gpu, container, load.proc.pid),
-                    "gauges": figures.gauges(after, gpu, sample, smi_row),
+                    "gauges": figures.gauges(after, gpu, self.last_sample, smi_row),
                 }
             )
             before = after
+            write_report(self.out, self.report)  # a checkpoint, should the run be killed
         self.report["load"]["exit_status"] = load.stop(self.budget.cap(15.0))
         if self.driver is not None:
             self.driver.set(running=False, duty=0.0)
@@ -322,6 +302,51 @@ class Run:
             }
         self.report["agent"]["steady"] = steady
         self.report["busy_ok"] = _busy_ok(phases, max(duties))
+
+    def _sample_until(
+        self, end: float, reserve: float, gpu: int, *, busy: bool, first: bool
+    ) -> dict[str, Any]:
+        """Sample NVML every --sample-s until end (once at least, however little budget is
+        left): was the load in the process list, in the utilization samples; which PIDs were."""
+        assert self.load is not None and self.agent is not None
+        pid = self.load.proc.pid
+        procs: set[int] = set()
+        utils: set[int] = set()
+        peak_rss = 0
+        once = True
+        while once or (time.monotonic() < end and self.budget.left() > reserve):
+            once = False
+            started = time.perf_counter()
+            sample = self.nvml.sample(gpu)
+            self.nvml.times.seconds.setdefault("sample: every call, one GPU", []).append(
+                time.perf_counter() - started
+            )
+            self.last_sample = sample
+            procs |= {
+                int(v) for k, v in sample.items() if k.startswith("proc.") and k.endswith(".pid")
+            }
+            utils |= {
+                int(v) for k, v in sample.items() if k.startswith("putil.") and k.endswith(".pid")
+            }
+            # the busy phase's answers become the recording: one with the load in it if any
+            if busy and (self.busy is None or pid in procs):
+                self.busy = [
+                    {**self.identities[i], **(sample if i == gpu else self.nvml.sample(i))}
+                    for i in range(len(self.nvml.handles))
+                ]
+            if first and self.driver is not None and "fake_xid" not in self.report:
+                self.driver.inject_xid(FAKE_XID)
+                self.report["fake_xid"] = FAKE_XID
+            now = self.agent.usage()
+            peak_rss = max(peak_rss, now.rss_bytes if now else 0)
+            time.sleep(min(self.args.sample_s, max(0.0, end - time.monotonic())))
+        return {
+            "load_in_process_list": pid in procs,
+            "load_in_process_utilization": pid in utils,
+            "process_list_pids": sorted(procs),
+            "process_utilization_pids": sorted(utils),
+            "peak_rss": peak_rss,
+        }
 
     def energy(
         self,
@@ -434,6 +459,7 @@ def main(argv: list[str]) -> int:
         "started_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "args": {k: str(v) for k, v in vars(args).items()},
         "errors": [],
+        "complete": False,  # until the end: a checkpoint of a killed run says so
     }
 
     def on_term(signum: int, frame: object) -> None:
