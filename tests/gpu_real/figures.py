@@ -131,3 +131,17 @@ def health_series(samples: Samples, gpu: int) -> dict[str, list[dict[str, object
             for labels, value in sorted(pick(samples, name, gpu=str(gpu)).items(), key=str)
         ]
     return out
+
+
+def collect_durations(samples: Samples) -> dict[str, float]:
+    """wattprobe_collect_duration_seconds by source: the agent's own read time per interval."""
+    return {
+        dict(labels).get("source", ""): round(value, 6)
+        for labels, value in pick(samples, "wattprobe_collect_duration_seconds").items()
+    }
+
+
+def interval_end(samples: Samples) -> float | None:
+    """The Unix time the served snapshot's interval ended."""
+    found = pick(samples, "wattprobe_last_interval_timestamp_seconds")
+    return next(iter(found.values())) if len(found) == 1 else None

@@ -106,6 +106,8 @@ def test_the_report_compares_energy_with_the_fakes_counter(
     # each step is placed to within a row's lateness; a unit or window error is far larger
     assert energy["nvidia_smi_rows"] >= 10
     assert abs(energy["nvidia_smi_vs_nvml_pct"]) <= 15.0
+    # the counter was read after the agent's interval ended, at both ends of the window
+    assert all(0 <= skew < 30 for skew in report["energy"]["nvml_read_after_agent_s"])
 
 
 @pytest.mark.slow
@@ -139,6 +141,8 @@ def test_health_series_latencies_and_cost_are_reported(run: tuple[dict[str, Any]
     assert ecc == {"corrected": 0.0, "uncorrected": 0.0}
     reasons = {s["labels"]["reason"] for s in health["wattprobe_gpu_clock_event_active"]}
     assert {"gpu_idle", "sw_power_cap", "hw_slowdown"} <= reasons
+    for phase in report["phases"]:
+        assert phase["agent_collect_s"]["nvml"] >= 0  # the agent's own NVML read per interval
     times = report["nvml"]["call_times"]
     for call in (
         "nvmlDeviceGetTotalEnergyConsumption",

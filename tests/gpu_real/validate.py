@@ -241,6 +241,7 @@ class Run:
         wait_s = 3 * interval_s + 5
         t0, s0 = agent.next_interval(self.budget.cap(wait_s))
         e0 = [self.nvml.energy_mj(i) for i in range(len(self.nvml.handles))]
+        skew0 = _skew(time.time(), s0)
         u0 = agent.usage()
         duties = [float(d) for d in self.args.duties.split(",")]
         # after each phase one interval is waited for; at the end two more
@@ -266,6 +267,7 @@ class Run:
                     **seen,
                     "billing": figures.phase_billing(before, after, gpu, container, load.proc.pid),
                     "gauges": figures.gauges(after, gpu, self.last_sample, smi_row),
+                    "agent_collect_s": figures.collect_durations(after),
                 }
             )
             before = after
@@ -277,10 +279,13 @@ class Run:
         agent.next_interval(self.budget.cap(wait_s))  # the one in flight may predate the stop
         t1, s1 = agent.next_interval(self.budget.cap(wait_s))
         e1 = [self.nvml.energy_mj(i) for i in range(len(self.nvml.handles))]
+        skew1 = _skew(time.time(), s1)
         u1 = agent.usage()
         if u1:
             peak_rss = max(peak_rss, u1.rss_bytes)
         self.report["energy"] = self.energy(s0=s0, s1=s1, e0=e0, e1=e1, t0=t0, t1=t1)
+        # how long after the agent's interval ended NVML's counter was read, at each end
+        self.report["energy"]["nvml_read_after_agent_s"] = [skew0, skew1]
         self.report["health"] = {
             str(i): {
                 "wattprobe": figures.health_series(s1, i),
@@ -433,6 +438,11 @@ def _busy_ok(phases: list[dict[str, Any]], busy_duty: float) -> bool | None:
             share = billing.get("container_share", billing.get("process_share"))
             return None if share is None else bool(share >= figures.BUSY_ACTIVE_SHARE)
     return None
+
+
+def _skew(now: float, samples: Samples) -> float | None:
+    end = figures.interval_end(samples)
+    return None if end is None else round(now - end, 3)
 
 
 def _seconds(duration: str) -> float:
