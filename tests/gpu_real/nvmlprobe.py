@@ -28,7 +28,9 @@ class CallTimes:
         start = time.perf_counter()
         try:
             return call()
-        except pynvml.NVMLError as err:
+        except (pynvml.NVMLError, AttributeError, TypeError) as err:
+            # NVML's answer, or a binding too old for the call (no such function or argument):
+            # either way a finding for the report, not a reason to stop measuring
             kind = type(err).__name__
             per = self.errors.setdefault(name, {})
             per[kind] = per.get(kind, 0) + 1

@@ -16,7 +16,10 @@ from typing import Any
 
 import pytest
 
+from exporter.host.cgroupfs.classify import parse_cgroup_path
+from tests.gpu_real import cgroup
 from tests.gpu_real.agent import REPO, Agent, pick
+from tests.gpu_real.figures import agreement_pct
 from tests.gpu_real.smi import FIELDS, parse_row
 from tests.sources.gpu.nvml.build import SCENARIO_ENV, build_fake_nvml
 from tests.sources.gpu.nvml.scenario import parse as parse_scenario
@@ -219,3 +222,31 @@ def test_smi_rows_parse_with_missing_values() -> None:
     assert row is not None and row["power.draw"] is None and row["power.limit"] is None
     assert parse_row("index, power.draw [W]") is None  # a header or a warning line
     assert parse_row("N/A, 1, 2, 3, 4, 5, 6") is None
+
+
+def test_cgroup_hierarchies_pure_v2_and_hybrid(tmp_path: Path) -> None:
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cgroup.controllers").write_text("cpu memory\n")
+    assert cgroup.hierarchies(v2) == [v2]
+    hybrid = tmp_path / "hybrid"
+    for name in ("unified", "cpu", "memory", "cpuset"):
+        (hybrid / name).mkdir(parents=True)
+        (hybrid / name / "cgroup.procs").write_text("")
+    (hybrid / "not-mounted").mkdir()
+    assert [p.name for p in cgroup.hierarchies(hybrid)] == ["cpu", "memory", "unified"]
+    placement = cgroup.place(4242, hybrid)
+    assert placement.placed and len(placement.made) == 3
+    for name in ("cpu", "memory", "unified"):
+        procs = hybrid / name / placement.relative / "cgroup.procs"
+        assert procs.read_text() == "4242\n"
+    # the agent's classifier sees the scope as a podman container with that ID
+    ref = parse_cgroup_path("/" + placement.relative)
+    assert ref is not None and ref.container_id == placement.container_id
+    assert not cgroup.place(1, tmp_path / "absent").placed
+
+
+def test_agreement_is_relative_to_the_reference() -> None:
+    assert agreement_pct(101.0, 100.0) == 1.0
+    assert agreement_pct(95.0, 100.0) == -5.0
+    assert agreement_pct(None, 100.0) is None and agreement_pct(1.0, 0.0) is None
