@@ -172,6 +172,14 @@ def test_the_recording_replays_through_the_fake(
     load_pid = report["load"]["pid"]
     assert values["gpu.0.proc.0.pid"] == str(load_pid)  # recorded while the load ran
     assert values["gpu.0.util.gpu"] == "100"
+    assert_served_as_recorded(recorded, fake_dir, tmp_path)
+
+
+def assert_served_as_recorded(recorded: Path, fake_dir: Path, tmp_path: Path) -> None:
+    """wattprobe serve, on the fake replaying a recording, serves every GPU it describes with
+    the recorded identity and values (the check a real GPU's recording gets in CI once it is
+    copied to tests/fixtures/nvml/)."""
+    values = parse_scenario(recorded.read_text())
     env = {**os.environ, "LD_LIBRARY_PATH": str(fake_dir), SCENARIO_ENV: str(recorded)}
     agent = Agent.start(
         ["--activity.source", "procfs", "--interval", "0.5s"], tmp_path / "log", env
@@ -181,24 +189,31 @@ def test_the_recording_replays_through_the_fake(
         _, samples = agent.next_interval(30)
     finally:
         agent.stop()
-    (info,) = pick(samples, "wattprobe_gpu_info", gpu="0")
-    labels = dict(info)
-    assert labels["uuid"] == values["gpu.0.uuid"] and labels["model"] == values["gpu.0.name"]
-    assert labels["driver_version"] == values["driver_version"]
-    served = {
-        "wattprobe_gpu_power_watts": int(values["gpu.0.power_mw"]) / 1000,
-        "wattprobe_gpu_power_limit_watts": int(values["gpu.0.power_limit_mw"]) / 1000,
-        "wattprobe_gpu_temperature_celsius": int(values["gpu.0.temperature"]),
-        "wattprobe_gpu_memory_used_bytes": int(values["gpu.0.memory.used"]),
-    }
-    for name, want in served.items():
-        got = [
-            v
-            for lbl, v in pick(samples, name, gpu="0").items()
-            if not dict(lbl).get("gpu_instance")
-        ]
-        assert got == [want], name
-    assert pick(samples, "wattprobe_gpu_energy_joules_total", gpu="0", source="nvml_energy")
+    gpus = sorted({k.split(".")[1] for k in values if k.startswith("gpu.")})
+    assert gpus, "the recording describes no GPU"
+    for gpu in gpus:
+        g = f"gpu.{gpu}."
+        (info,) = pick(samples, "wattprobe_gpu_info", gpu=gpu)
+        labels = dict(info)
+        assert labels["uuid"] == values[g + "uuid"] and labels["model"] == values[g + "name"]
+        assert labels["driver_version"] == values["driver_version"]
+        served = {
+            "wattprobe_gpu_power_watts": (g + "power_mw", 1e-3),
+            "wattprobe_gpu_power_limit_watts": (g + "power_limit_mw", 1e-3),
+            "wattprobe_gpu_temperature_celsius": (g + "temperature", 1),
+            "wattprobe_gpu_memory_used_bytes": (g + "memory.used", 1),
+        }
+        for name, (key, scale) in served.items():
+            if key not in values:  # NVML did not answer it on that GPU: nothing to serve
+                continue
+            got = [
+                v
+                for lbl, v in pick(samples, name, gpu=gpu).items()
+                if not dict(lbl).get("gpu_instance")
+            ]
+            assert got == [pytest.approx(int(values[key], 0) * scale)], name
+        source = "nvml_energy" if g + "energy_mj" in values else "nvml_power"
+        assert pick(samples, "wattprobe_gpu_energy_joules_total", gpu=gpu, source=source)
 
 
 def test_a_missing_driver_still_writes_a_report(fake_dir: Path, tmp_path: Path) -> None:
