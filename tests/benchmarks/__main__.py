@@ -40,6 +40,7 @@ from tests.benchmarks import (
     edge_footprint,
     edge_latency,
     fleet_bench,
+    node_cost,
     plugins,
     report,
     serving,
@@ -61,6 +62,7 @@ ALL = (
     "attack",
     "fleet",
     "edge-footprint",
+    "node-cost",
 )
 
 NOTES = """\
@@ -100,6 +102,7 @@ def _sections(args: argparse.Namespace, ctx: Context, log_dir: Path) -> list[Sec
         "edge": lambda: [edge_latency.run(ctx, args.edge_seconds, log_dir)],
         "attack": lambda: [attack.run(ctx, args.attack_seconds, log_dir)],
         "edge-footprint": lambda: [edge_footprint.run(args.edge_footprint_seconds)],
+        "node-cost": lambda: [node_cost.run(ctx, args.node_cost_seconds, log_dir)],
         "fleet": lambda: [
             fleet_bench.run(fleet_bench.Options(nodes=args.fleet_nodes, window_s=args.fleet_window))
         ],
@@ -149,6 +152,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=60.0,
         help="each window of the targets benchmark (idle and scraped at 5,000 processes, then "
         "1,000 and 20,000)",
+    )
+    parser.add_argument(
+        "--node-cost-seconds", type=float, default=60.0, help="each level's window (node-cost)"
     )
     parser.add_argument("--requests", type=int, default=300, help="per scraper and target")
     parser.add_argument("--scrape-rounds", type=int, default=4)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -32,6 +33,7 @@ from exporter.sources.activity.ebpf.accounting import (
 TICK_NS = 10_000_000  # USER_HZ 100
 BOOT_OFFSET_NS = 7_000_000_000  # the boot clock runs ahead of the monotonic one (suspend)
 NVIDIA, DRM = 0, 1
+RUNTIME_LAG_NS = 10_000_000  # task_runtime worlds: tid's runtime is the clock minus tid times this
 
 
 @dataclass
@@ -149,9 +151,20 @@ class World:
     task was switched out before (its task cache); the classic one always names it.
     """
 
-    def __init__(self, ncpu: int = 2, *, raw: bool = False, per_cgroup: bool = False) -> None:
+    def __init__(
+        self,
+        ncpu: int = 2,
+        *,
+        raw: bool = False,
+        per_cgroup: bool = False,
+        task_runtime: bool = False,
+    ) -> None:
         self.kernel = ModelKernel(per_cgroup=per_cgroup, ncpu=ncpu)
         self.raw = raw
+        # WATTPROBE_TASK_RUNTIME: slots hold the task's runtime when it was switched in, and
+        # userspace reads each running thread's runtime (schedstat); a task's runtime is modelled
+        # as the clock plus a fixed offset of its own, so the in-flight time is the same
+        self.task_runtime = task_runtime
         self.seen: set[int] = set()  # tasks the raw program has seen switched out
         self.procs: dict[int, Proc] = {}  # by tgid, visible ones
         self.cpus: list[tuple[int, int]] = [(0, 0)] * ncpu  # (tgid running, since mono ns)
@@ -333,16 +346,29 @@ class World:
             for pid, e in k.tasks.items()
         ]
         meanwhile(1)
+        running = [
+            RunningSlice(self._named(t), s, *k.pending[cpu]) for cpu, (t, s) in enumerate(self.cpus)
+        ]
+        runtimes = None
+        if self.task_runtime:
+            # a fresh task starts at runtime 0: a valid start, unlike the clock's 0
+            running = [
+                RunningSlice(
+                    r.tid, r.start_ns - RUNTIME_LAG_NS * r.tid, r.pending_key, r.pending_ns
+                )
+                if r.tid
+                else r
+                for r in running
+            ]
+            runtimes = {r.tid: k.mono_ns - RUNTIME_LAG_NS * r.tid for r in running if r.tid}
         read = MapRead(
             exited=exited,
             tasks=tasks,
-            running=[
-                RunningSlice(self._named(t), s, *k.pending[cpu])
-                for cpu, (t, s) in enumerate(self.cpus)
-            ],
+            running=running,
             running_read_ns=k.mono_ns,
             boot_ns=k.boot_ns,
             seen_at=float(self.reads),
+            runtimes=runtimes,
         )
         samples, changes = self.accounting.update(read)
         k.apply(changes)
@@ -506,8 +532,9 @@ def test_live_process_is_keyed_by_pid_and_start_time() -> None:
     assert s.cpu_seconds == 0.03
 
 
-def test_time_on_cpu_in_flight_is_counted_before_the_switch() -> None:
-    w = World()
+@pytest.mark.parametrize("task_runtime", [False, True], ids=["clock", "task-runtime"])
+def test_time_on_cpu_in_flight_is_counted_before_the_switch(task_runtime: bool) -> None:
+    w = World(task_runtime=task_runtime)
     w.spawn(100, 1)
     w.switch(0, 100)
     w.advance(1_000_000)
@@ -726,10 +753,11 @@ def test_fold_while_the_maps_are_read_is_counted_late_never_twice() -> None:
     assert w.counted_ns[1] * 1e9 == _approx(15_000_000)
 
 
-def test_per_cgroup_time_in_flight_is_counted_in_the_cgroup_sum() -> None:
+@pytest.mark.parametrize("task_runtime", [False, True], ids=["clock", "task-runtime"])
+def test_per_cgroup_time_in_flight_is_counted_in_the_cgroup_sum(task_runtime: bool) -> None:
     """Per-cgroup mode: a running process without an entry is credited in its cgroup's sum
     while its slice runs, no entry is made for it, and the end of the slice adds only the rest."""
-    w = World(per_cgroup=True)
+    w = World(per_cgroup=True, task_runtime=task_runtime)
     w.spawn(100, 1)
     w.spawn(101, 2)
     w.switch(0, 100)

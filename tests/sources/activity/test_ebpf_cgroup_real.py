@@ -43,8 +43,10 @@ READ_EVERY_S = 0.3
 
 # argv: mode, seconds, cgroup.procs of the first cgroup, of the second (mover only).
 # busy: 10 ms on, 10 ms off. churn: forks children that burn 15 ms each and exit (most of
-# them live and die between two reads). mover: burns 30 ms, sleeps 1 ms (so the move starts
-# a fresh slice), moves itself into the other cgroup, and so on.
+# them live and die between two reads). threads: three threads burning 4 ms and sleeping 2 ms
+# (they also hand the GIL to each other: many switches between threads of one process).
+# mover: burns 30 ms, sleeps 1 ms (so the move starts a fresh slice), moves itself into the
+# other cgroup, and so on.
 WORKLOAD = """
 import os, sys, time
 mode, seconds, here = sys.argv[1], float(sys.argv[2]), sys.argv[3]
@@ -65,6 +67,17 @@ elif mode == "churn":
             os._exit(0)
         os.waitpid(pid, 0)
         time.sleep(0.005)
+elif mode == "threads":
+    import threading
+    def work():
+        while time.monotonic() < stop:
+            burn(0.004)
+            time.sleep(0.002)
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
 elif mode == "mover":
     there = sys.argv[4]
     places = [here, there]
@@ -163,7 +176,7 @@ def _compare(per_process: EbpfSource, per_cgroup: EbpfSource) -> None:
     a, b = Consumer(), Consumer()
     a.take(per_process.tasks())
     b.take(per_cgroup.tasks())
-    names = ["busy", "churn", "move1", "move2", "gpu"]
+    names = ["busy", "churn", "threads", "move1", "move2", "gpu"]
     with cgroups(names) as cg, tempfile.TemporaryDirectory() as tmp:
         nodes = make_gpu_nodes(Path(tmp))
         py = sys.executable
@@ -171,6 +184,7 @@ def _compare(per_process: EbpfSource, per_cgroup: EbpfSource) -> None:
         procs = [
             start([py, "-c", WORKLOAD, "busy", run, "-"], cg["busy"]),
             start([py, "-c", WORKLOAD, "churn", run, "-"], cg["churn"]),
+            start([py, "-c", WORKLOAD, "threads", run, "-"], cg["threads"]),
             start(
                 [
                     py,
@@ -215,22 +229,35 @@ def _compare(per_process: EbpfSource, per_cgroup: EbpfSource) -> None:
         paths = {n: "/" + str(d.relative_to(v2_root())) for n, d in cg.items()}
         entries = {s.map: s.entries for s in per_cgroup.map_stats()}
 
+    exact = per_cgroup.info.task_runtime and per_process.info.task_runtime
+    assert exact == (per_cgroup.info.switch_probe == "raw"), "task runtime where the kernel has it"
     for name in names:
         got, want = b.cpu[paths[name]], truth[name]
         assert want > 0.01, (name, want)
         per_proc = a.cpu[paths[name]]
         print(f"{name}: per-cgroup {got:.4f}, per-process {per_proc:.4f}, cpu.stat {want:.4f} s")
-        # each slice goes to the cgroup it ran in, the mover's too; the clock between switches
-        # also counts interrupts (and steal in a VM), so a little above cpu.stat
-        assert got == pytest.approx(want, rel=0.03, abs=0.02), (name, got, want)
+        if not exact:
+            # the classic program (kernels before 5.18) measures slices with the clock, which
+            # also counts interrupts (and steal in a VM): a little above cpu.stat
+            assert got == pytest.approx(want, rel=0.03, abs=0.02), (name, got, want)
+            continue
+        # the raw program charges the kernel's own per-task runtime (what cpu.stat sums) to the
+        # cgroup the task is in when it is switched out: issue 27's goal is +-0.3 % per cgroup
+        # (measured on this VM: equal to the 0.1 ms printed, the mover's two cgroups included)
+        assert got == pytest.approx(want, rel=0.003, abs=0.0005), (name, got, want)
+        if name not in ("move1", "move2"):
+            # per-process mode credits a process to the cgroup it is in at the read, which
+            # for these is their only one, except for the child's own time between fork and
+            # joining its cgroup (start(): ~1 ms of Python, run in the test's cgroup)
+            assert per_proc == pytest.approx(want, rel=0.003, abs=0.003), (name, per_proc, want)
     # both programs see the same slices. The per-process path credits a process's work since
     # the last read to the cgroup it is in at the read, so the mover's two cgroups are compared
     # together there (per-cgroup mode is exact per cgroup: above)
-    groups = [["busy"], ["churn"], ["gpu"], ["move1", "move2"]]
+    groups = [["busy"], ["churn"], ["threads"], ["gpu"], ["move1", "move2"]]
     for group in groups:
         got_a = sum(a.cpu[paths[n]] for n in group)
         got_b = sum(b.cpu[paths[n]] for n in group)
-        assert got_b == pytest.approx(got_a, rel=0.01, abs=0.005), group
+        assert got_b == pytest.approx(got_a, rel=0.003 if exact else 0.03, abs=0.003), group
     nv_dr = {"nvidia": 300, "drm": 100}
     assert a.ioctls[paths["gpu"]] == nv_dr
     assert b.ioctls[paths["gpu"]] == nv_dr

@@ -140,7 +140,7 @@ def test_busy_process_in_kubepods_cgroup(ebpf_exporter: ExporterProcess) -> None
             samples = settle(ebpf_exporter)
             expected = run_time_s(busy.pid)
             got = one(samples, CPU, container_id=container.container_id)
-            assert got == pytest.approx(expected, rel=0.02)
+            assert got == pytest.approx(expected, rel=0.003)  # issue 27: +-0.3 %
             # the pod is found from the same cgroup path: its uid labels the pod's energy
             pod = select(samples, "wattprobe_pod_energy_joules_total", pod_uid=container.pod_uid)
             assert pod and sum(pod.values()) > 0
@@ -150,7 +150,7 @@ def test_busy_process_in_kubepods_cgroup(ebpf_exporter: ExporterProcess) -> None
             kill(busy)
         # the exit folds the process into its cgroup's exited total: nothing is counted twice
         after = one(settle(ebpf_exporter), CPU, container_id=container.container_id)
-        assert expected <= after * 1.02 and after <= expected * 1.02 + 0.05
+        assert after == pytest.approx(expected, rel=0.003)
 
 
 def test_running_process_moved_into_a_container_is_followed(
@@ -325,7 +325,7 @@ NEVER_SWITCHED = """
 import os, sys, time
 os.sched_setaffinity(0, {int(sys.argv[1])})
 os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
-end = time.monotonic() + 0.8
+end = time.monotonic() + 2.8
 while time.monotonic() < end:
     pass
 """
@@ -339,13 +339,20 @@ def test_time_on_a_cpu_is_counted_before_the_task_is_switched_out() -> None:
     cpu = max(os.sched_getaffinity(0))
     busy = subprocess.Popen([sys.executable, "-c", NEVER_SWITCHED, str(cpu)])
     try:
-        time.sleep(0.3)
-        for _ in range(2):
+        # a slice in flight is named by a once-a-second sample of its CPU (bpf/activity.c), then
+        # credited with its runtime so far: never above schedstat read after, and behind it only
+        # by what it ran since (tasks() returning on a loaded machine: 20 ms allowed). RT
+        # throttling switches the task out about once a second (sched_rt_runtime_us), so the
+        # name lasts until then.
+        deadline = time.monotonic() + 2.5
+        caught_up = False
+        while time.monotonic() < deadline and not caught_up:
             counted = [s.cpu_seconds for s in source.tasks() if s.pid == busy.pid]
             ran = run_time_s(busy.pid)
-            # (on-CPU time by the clock includes interrupts and steal that schedstat leaves out)
-            assert counted and ran * 0.9 <= counted[0] <= ran * 1.02, (counted, ran)
-            time.sleep(0.2)
+            assert not counted or counted[0] <= ran, (counted, ran)
+            caught_up = bool(counted) and counted[0] >= ran - 0.02 and counted[0] > 0.3
+            time.sleep(0.05)
+        assert caught_up, (counted, ran)
     finally:
         busy.wait(timeout=30)
         source.close()
@@ -433,7 +440,8 @@ def test_both_sched_switch_programs_count_time_and_ioctls(raw_switch: bool, tmp_
         finally:
             kill(busy)
         assert len(mine) == 1, mine
-        assert mine[0].cpu_seconds == pytest.approx(ran, rel=0.02)
+        # the raw program charges the kernel's own runtime; the classic one, the clock
+        assert mine[0].cpu_seconds == pytest.approx(ran, rel=0.003 if raw_switch else 0.02)
         assert mine[0].gpu_ioctls == (("nvidia", n), ("drm", m))
     finally:
         source.close()

@@ -21,7 +21,7 @@ one key exactly once. This module keeps that promise across the kernel's folds:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -66,7 +66,8 @@ class KernelExited:
 
 @dataclass(frozen=True, slots=True)
 class RunningSlice:
-    """The slice on one CPU: thread tid has been running since start_ns (monotonic clock)."""
+    """The slice on one CPU: thread tid has been running since start_ns (its runtime then, or
+    the monotonic clock: MapRead.runtimes)."""
 
     tid: int
     start_ns: int
@@ -84,6 +85,10 @@ class MapRead:
     running_read_ns: int  # monotonic ns taken just before the running slots were read
     boot_ns: int  # boot-clock ns at the read
     seen_at: float  # the cgroup index's clock at the read
+    # the kernel charges per-task runtime (LoadInfo.task_runtime): a slot's start_ns is its
+    # thread's se.sum_exec_runtime when it was switched in, and this holds each running thread's
+    # runtime read after the slots (/proc/<tid>/schedstat); None: slots hold monotonic ns
+    runtimes: Mapping[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,7 +310,7 @@ class Accounting:
         unknown: set[int] = set()
         tgids: dict[tuple[int, int], int] = {}
         for s in read.running:
-            if s.tid == 0 or s.start_ns == 0:
+            if s.tid == 0 or (read.runtimes is None and s.start_ns == 0):
                 continue
             slot = (s.tid, s.start_ns)
             tgid = self._slice_tgids.get(slot)
@@ -315,7 +320,7 @@ class Accounting:
                 continue
             tgids[slot] = tgid
             if tgid in live:
-                out[tgid] = out.get(tgid, 0) + max(0, read.running_read_ns - s.start_ns)
+                out[tgid] = out.get(tgid, 0) + _flight_ns(read, s)
             else:
                 unknown.add(tgid)
         self._slice_tgids = tgids  # a slice still running at the next read keeps its thread
@@ -337,7 +342,7 @@ class Accounting:
                 key = self._cgroup_key(tgid)
             cgroups[slot] = key
             if key is not None:
-                out[key] = out.get(key, 0) + max(0, read.running_read_ns - s.start_ns)
+                out[key] = out.get(key, 0) + _flight_ns(read, s)
         self._slice_cgroups = cgroups
         return out
 
@@ -498,3 +503,12 @@ class Accounting:
 
 def _driver_counts(counts: Sequence[int]) -> tuple[tuple[str, int], ...]:
     return tuple((d, n) for d, n in zip(DRIVERS, counts, strict=True) if n > 0)
+
+
+def _flight_ns(read: MapRead, s: RunningSlice) -> int:
+    """ns the slice in s has run so far: never more than the kernel adds when it ends (the
+    clock is taken before the slots; a thread's runtime only grows)."""
+    if read.runtimes is None:
+        return max(0, read.running_read_ns - s.start_ns)
+    now = read.runtimes.get(s.tid)
+    return 0 if now is None else max(0, now - s.start_ns)

@@ -220,3 +220,36 @@ def offset_flags(btf: Btf, fields: Sequence[Field] = FD_DEVICE_FIELDS) -> list[s
             raise BtfError(f"{f.struct}.{f.member} is {m.size} bytes, the probe reads {f.size}")
         flags.append(f"-D{f.define}={m.offset}")
     return flags
+
+
+# On-CPU time from the kernel's own per-task runtime (bpf/activity.c WATTPROBE_TASK_RUNTIME):
+# task_struct.se is a struct sched_entity, whose runtime fields are read through it
+RUNTIME_FIELDS = (
+    (("task_struct", "se"), Field("sched_entity", "sum_exec_runtime", 8, "WATTPROBE_OFF_SUM_EXEC")),
+    (
+        ("task_struct", "se"),
+        Field("sched_entity", "prev_sum_exec_runtime", 8, "WATTPROBE_OFF_PREV_SUM_EXEC"),
+    ),
+    # per-cgroup sums: task->cgroups->dfl_cgrp, its self.serial_nr and kn->id
+    (None, Field("task_struct", "cgroups", POINTER_SIZE, "WATTPROBE_OFF_TASK_CGROUPS")),
+    (None, Field("css_set", "dfl_cgrp", POINTER_SIZE, "WATTPROBE_OFF_CSS_SET_DFL_CGRP")),
+    (
+        ("cgroup", "self"),
+        Field("cgroup_subsys_state", "serial_nr", 8, "WATTPROBE_OFF_CGROUP_SERIAL"),
+    ),
+    (None, Field("cgroup", "kn", POINTER_SIZE, "WATTPROBE_OFF_CGROUP_KN")),
+    (None, Field("kernfs_node", "id", 8, "WATTPROBE_OFF_KERNFS_ID")),
+)
+
+
+def runtime_flags(btf: Btf) -> list[str]:
+    """-D flags with the offsets, from a task_struct, of the fields in RUNTIME_FIELDS (sizes
+    checked)."""
+    flags = []
+    for outer, f in RUNTIME_FIELDS:
+        base = btf.member(*outer).offset if outer is not None else 0
+        m = btf.member(f.struct, f.member)
+        if m.size != f.size:
+            raise BtfError(f"{f.struct}.{f.member} is {m.size} bytes, the probe reads {f.size}")
+        flags.append(f"-D{f.define}={base + m.offset}")
+    return flags

@@ -50,7 +50,15 @@ from exporter.sources.activity.ebpf.maps import MapTable, ctype_from_layout, cty
 
 log = logging.getLogger(__name__)
 
-MAPS = ("tasks", "exited", "running", "stats", "cgroup_paths", "dev_class")  # what EbpfSource uses
+MAPS = (
+    "tasks",
+    "exited",
+    "running",
+    "stats",
+    "cgroup_paths",
+    "dev_class",
+    "pending",
+)  # what EbpfSource uses
 TIMEOUT_S = 300.0  # the compile takes seconds; a child that hangs must not hang start-up
 _MAX_MESSAGE = 1 << 20
 
@@ -230,6 +238,10 @@ def child(sock_fd: int) -> None:
         for event, fd in loaded.bpf.raw_tracepoint_fds.items():  # keyed by event alone
             name = next(t for t in loaded.info.tracepoints if t.endswith(f":{event.decode()}"))
             attachments[name] = fd
+        # the slice namer's cpu-clock perf events (task runtime): one per CPU
+        for (_type, _config), per_cpu in getattr(loaded.bpf, "open_perf_events", {}).items():
+            for cpu, fd in per_cpu.items():
+                attachments[f"perf:cpu-clock:{cpu}"] = fd
         names = sorted(attachments)
         fds += [attachments[name] for name in names]
         reply: dict[str, Any] = {

@@ -28,6 +28,7 @@ from exporter.sources.activity.ebpf.btf import (
     Btf,
     BtfError,
     offset_flags,
+    runtime_flags,
 )
 from exporter.sources.activity.ebpf.gpu_majors import DeviceClasses
 from exporter.sources.activity.ebpf.kheaders import NO_HEADERS, KernelHeaders, find_kernel_headers
@@ -99,7 +100,11 @@ MAX_TASKS = 32768  # live processes plus tombstones of the processes that exited
 MAX_CGROUPS = 8192
 ROOT_CGROUP_ID = 1  # the cgroup v2 root's kernfs id (its directory's inode)
 SEEN_BITS = 16  # the raw sched_switch program's task cache: 65536 slots of 16 bytes
+# per-cgroup sums not yet in the exited map, per CPU (task runtime): 512 slots of 16 bytes, so
+# a node's few hundred busy cgroups seldom share one
+PEND_BITS = 9
 
+PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK = 1, 0  # include/uapi/linux/perf_event.h
 RAW = "raw"  # sched_switch attached as a raw tracepoint (4.17+): no argument formatting
 CLASSIC = "classic"  # through tracefs's sched:sched_switch: costs more per context switch
 
@@ -119,6 +124,9 @@ class LoadInfo:
     per_process: bool = True  # an entry per process; False: sums per cgroup (WATTPROBE_PER_CGROUP)
     kernel_threads_apart: bool = False  # per-cgroup mode: kernel threads summed under id 0
     switch_probe: str = CLASSIC  # how sched:sched_switch is attached: RAW or CLASSIC
+    # on-CPU time from the kernel's per-task runtime (se.sum_exec_runtime, what cpu.stat sums;
+    # slots then hold runtimes); False: from clock reads at each switch (no BTF)
+    task_runtime: bool = False
 
     def describe(self) -> str:
         missing = f"; missing {', '.join(self.missing_optional)}" if self.missing_optional else ""
@@ -132,6 +140,7 @@ class LoadInfo:
             f"tracepoints {', '.join(names)}{missing}; {self.headers.describe()}; "
             f"compiled in {self.compile_s:.2f}s; "
             + ("per-process entries" if self.per_process else "sums per cgroup")
+            + ("; task runtime" if self.task_runtime else "; clock between switches")
         )
 
 
@@ -271,6 +280,7 @@ def load(
     source: Path | None = None,
     btf: Path = VMLINUX,
     proc_devices: Path = PROC_DEVICES,
+    task_runtime: bool = True,
 ) -> Loaded:
     """Check, compile and attach. Raises SourceError with a reason from FIXES.
 
@@ -285,6 +295,9 @@ def load(
     btf: the kernel's BTF, where the ioctl probe's struct offsets come from; without it the
     probe cannot tell an ioctl's device, and is not attached.
     proc_devices: /proc/devices, naming the GPU device majors (gpu_majors.py).
+    task_runtime: charge the kernel's own per-task runtime (needs BTF, a BTF task pointer (5.11+)
+    and the raw sched_switch program; without them, or if the kernel refuses the program, the
+    clock between switches).
     """
     source = source or bpf_source()
     try:
@@ -305,11 +318,19 @@ def load(
     cflags += optional
     if not per_process:
         cflags += _per_cgroup_flags(btf, root_cgroup_id)
+    # the raw program reads the incoming task's runtime; the classic one has no pointer to it
+    runtime = _runtime_flags(btf) if task_runtime and raw_switch is not False else []
     cflags += headers.cflags()
 
     switch_probe = CLASSIC if raw_switch is False else RAW
     start = time.perf_counter()
-    bpf, error, text = _compile(bcc, source, headers, cflags, switch_probe)
+    bpf, error, text = _compile(bcc, source, headers, cflags + runtime, switch_probe)
+    if error is not None and runtime and not raw_attach_failed(error):
+        # a BTF task pointer or a perf-event program refused (kernels before 5.11): the clock
+        # (a refused raw tracepoint is the classic program's case, below, which has no runtime)
+        log.warning("on-CPU time from task runtime unavailable (%s); using the clock", error)
+        runtime = []
+        bpf, error, text = _compile(bcc, source, headers, cflags, switch_probe)
     if error is not None and raw_switch is None and raw_attach_failed(error):
         # the kernel refused the raw tracepoint itself (before 4.17 it has none): the classic
         # one does the same job at a higher cost per context switch
@@ -319,6 +340,7 @@ def load(
             error,
         )
         switch_probe = CLASSIC
+        runtime = []
         bpf, error, text = _compile(bcc, source, headers, cflags, switch_probe)
     compile_s = time.perf_counter() - start
     if error is not None:
@@ -330,6 +352,8 @@ def load(
         log.debug("bcc output while compiling %s:\n%s", source, text.rstrip())
     if "-DWATTPROBE_IOCTLS" in cflags:
         _fill_dev_class(bpf, proc_devices)
+    if runtime:
+        _attach_slice_namer(bpf)
     _release_compiler_memory()
     info = LoadInfo(
         headers=headers,
@@ -343,6 +367,7 @@ def load(
         switch_probe=switch_probe,
         per_process=per_process,
         kernel_threads_apart=any(f.startswith("-DWATTPROBE_ROOT_CGROUP=") for f in cflags),
+        task_runtime=bool(runtime),
     )
     return Loaded(bpf, info)
 
@@ -385,6 +410,39 @@ def _per_cgroup_flags(btf: Path, root_cgroup_id: int) -> list[str]:
         log.info("kernel threads summed with the root cgroup's processes: %s", exc)
         return flags
     return [*flags, f"-DWATTPROBE_ROOT_CGROUP={root_cgroup_id}"]
+
+
+SAMPLE_PERIOD_NS = 1_000_000_000  # name_slice(): how often each CPU's slice in flight is named
+NAME_SLICE_FN = b"name_slice"
+
+
+def _attach_slice_namer(bpf: Any) -> None:
+    """A cpu-clock perf event per CPU runs name_slice() once a second: it names the slice in
+    flight there, so userspace can credit a long one before it ends. Without it (perf events
+    refused) a slice is credited when it ends."""
+    try:
+        bpf.attach_perf_event(
+            ev_type=PERF_TYPE_SOFTWARE,
+            ev_config=PERF_COUNT_SW_CPU_CLOCK,
+            fn_name=NAME_SLICE_FN,
+            sample_period=SAMPLE_PERIOD_NS,
+        )
+    except Exception as exc:  # bcc raises bare Exception
+        log.warning("slices in flight credited only when they end: %s", exc)
+
+
+def _runtime_flags(btf: Path) -> list[str]:
+    """-D flags for on-CPU time from the kernel's per-task runtime, or [] without BTF."""
+    try:
+        offsets = runtime_flags(Btf.read(btf))
+    except BtfError as exc:
+        log.info("on-CPU time from the clock between switches: %s", exc)
+        return []
+    return [
+        "-DWATTPROBE_TASK_RUNTIME",
+        *offsets,
+        f"-DWATTPROBE_PEND_BITS={PEND_BITS}",
+    ]
 
 
 def _fd_device_offsets(btf: Path) -> tuple[list[str], str]:

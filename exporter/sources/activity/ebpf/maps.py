@@ -256,6 +256,23 @@ class MapTable:
     def items_lookup_and_delete_batch(self) -> list[tuple[Any, Any]]:
         return self._batch(LOOKUP_AND_DELETE_BATCH)
 
+    def values_batch(self) -> list[list[Any]]:
+        """A per-CPU array's values, key by key (0, 1, ...), one list of per-CPU values each, in
+        as few syscalls as the kernel allows (5.6+); OSError where it cannot."""
+        if not self.percpu:
+            raise TypeError(f"{self.name} is not per-CPU")
+        capacity, per_key = self.max_entries, self._stride * self.cpus
+        keys = (self.Key * capacity)()
+        raw = ctypes.create_string_buffer(per_key * capacity)
+        total = self._batch_into(LOOKUP_BATCH, keys, ctypes.addressof(raw), per_key)
+        return [
+            [
+                self.Leaf.from_buffer_copy(raw, k * per_key + i * self._stride)
+                for i in range(self.cpus)
+            ]
+            for k in range(total)
+        ]
+
     def _batch(self, cmd: int) -> list[tuple[Any, Any]]:
         """Every entry in as few syscalls as the kernel allows (5.6+); OSError where it cannot.
 
@@ -263,11 +280,16 @@ class MapTable:
         """
         if self.percpu:
             raise TypeError(f"{self.name} is per-CPU: batch reads are not supported here")
+        keys = (self.Key * self.max_entries)()
+        values = (self.Leaf * self.max_entries)()
+        total = self._batch_into(cmd, keys, ctypes.addressof(values), ctypes.sizeof(self.Leaf))
+        return [(keys[i], values[i]) for i in range(total)]
+
+    def _batch_into(self, cmd: int, keys: Any, values_at: int, value_size: int) -> int:
+        """Fills keys and the values buffer at values_at; returns how many entries came."""
         capacity = self.max_entries
-        keys = (self.Key * capacity)()
-        values = (self.Leaf * capacity)()
         token = ctypes.c_uint64(0)  # opaque position; the kernel writes out_batch
-        key_size, value_size = ctypes.sizeof(self.Key), ctypes.sizeof(self.Leaf)
+        key_size = ctypes.sizeof(self.Key)
         total = 0
         while total < capacity:
             count = capacity - total
@@ -276,7 +298,7 @@ class MapTable:
                 0 if total == 0 else ctypes.addressof(token),
                 ctypes.addressof(token),
                 ctypes.addressof(keys) + key_size * total,
-                ctypes.addressof(values) + value_size * total,
+                values_at + value_size * total,
                 count,
                 self.map_fd,
                 0,
@@ -292,4 +314,4 @@ class MapTable:
                 raise OSError(-res, f"batch read of {self.name}: {os.strerror(-res)}")
             if got == 0:
                 break  # no progress (concurrent updates filled one bucket): take what we have
-        return [(keys[i], values[i]) for i in range(total)]
+        return total

@@ -99,6 +99,14 @@ class ProcReader:
         except (OSError, StopIteration):
             return None
 
+    def runtime_ns(self, tid: int) -> int | None:
+        """The thread's se.sum_exec_runtime (the first field of /proc/<tid>/schedstat), or None."""
+        try:
+            with open(f"{self._root}/{tid}/schedstat", "rb") as f:
+                return int(f.read().split(None, 1)[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
     def tgid_of(self, tid: int) -> int | None:
         # /proc/<tid> resolves thread ids too; its status names the thread group
         try:
@@ -137,6 +145,9 @@ class EbpfSource:
         self._tasks = self._bpf[b"tasks"]
         self._exited = self._bpf[b"exited"]
         self._running = self._bpf[b"running"]
+        # per-CPU sums per cgroup not yet in the exited map (per-cgroup mode, task runtime)
+        per_cgroup_runtime = loaded.info.task_runtime and not loaded.info.per_process
+        self._pending = self._bpf[b"pending"] if per_cgroup_runtime else None
         self._stats = self._bpf[b"stats"]
         mkdir = "cgroup:cgroup_mkdir" in loaded.info.tracepoints
         self._cgroup_paths = self._bpf[b"cgroup_paths"] if mkdir else None
@@ -146,8 +157,9 @@ class EbpfSource:
             DeviceClasses(self._bpf[b"dev_class"], procfs / "devices") if ioctls else None
         )
         self._cgroups = cgroups
+        self._procs = ProcReader(procfs, cgroups.root, cgroupns_root)
         self._accounting = Accounting(
-            ProcReader(procfs, cgroups.root, cgroupns_root),
+            self._procs,
             cgroups,
             per_process=loaded.info.per_process,
             kernel_threads_apart=loaded.info.kernel_threads_apart,
@@ -263,6 +275,15 @@ class EbpfSource:
             for (start, tid, pending_key, pending_ns), again in zip(first, second, strict=True)
             if (start, tid, pending_key, pending_ns) == again
         ]
+        if self._pending is not None:
+            running += self._pending_sums()
+        runtimes = None
+        if self.info.task_runtime:
+            runtimes = {}
+            for s in running:
+                ns = self._procs.runtime_ns(s.tid) if s.tid else None
+                if ns is not None:
+                    runtimes[s.tid] = ns
         return MapRead(
             exited=exited,
             tasks=tasks,
@@ -270,7 +291,24 @@ class EbpfSource:
             running_read_ns=running_read_ns,
             boot_ns=self._boot_ns(),
             seen_at=seen_at,
+            runtimes=runtimes,
         )
+
+    def _pending_sums(self) -> list[RunningSlice]:
+        """The per-CPU sums not yet in the exited map, as slot-less slices (tid 0: nothing in
+        flight), read after that map: a sum moved there meanwhile is missed by this read (the
+        kernel empties the slot first), never counted twice."""
+        assert self._pending is not None
+        try:
+            rows = self._pending.values_batch()
+        except OSError:  # no batch operations (before 5.6): key by key
+            rows = [self._pending.getvalue(i) for i in range(self._pending.max_entries)]
+        return [
+            RunningSlice(0, 0, int(slot.key), int(slot.ns))
+            for row in rows
+            for slot in row
+            if slot.ns
+        ]
 
     def _learn_cgroup_paths(self) -> None:
         if self._cgroup_paths is None:
