@@ -24,6 +24,10 @@ class FakeDriver:
     pid: int = 0
     duty: float = 0.0
     running: bool = False  # the load process holds a context
+    # The counter stands still until the first phase: the agent's baseline and the validator's
+    # first read, a moment apart, then see the same value, so the test can ask for exact
+    # agreement (on a real GPU the report gives that moment, nvml_read_after_agent_s, instead).
+    flowing: bool = False
     xid_pending: list[int] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -33,6 +37,7 @@ class FakeDriver:
         self, *, pid: int | None = None, duty: float | None = None, running: bool | None = None
     ) -> None:
         with self._lock:
+            self.flowing |= duty is not None
             self.pid = self.pid if pid is None else pid
             self.duty = self.duty if duty is None else duty
             self.running = self.running if running is None else running
@@ -64,7 +69,8 @@ class FakeDriver:
         limit_w = s.number("gpu.0.power_limit_mw") / 1000
         watts = IDLE_W + self.duty * (0.9 * limit_w - IDLE_W)
         s["gpu.0.power_mw"] = round(watts * 1000)
-        s.add_energy_j(0, watts * dt)
+        if self.flowing:
+            s.add_energy_j(0, watts * dt)
         s["gpu.0.util.gpu"] = round(self.duty * 100)
         for key in [k for k in s.values if k.startswith(("gpu.0.proc.", "gpu.0.putil."))]:
             del s[key]

@@ -100,17 +100,17 @@ def test_the_report_compares_energy_with_the_fakes_counter(
     assert last_mj == final_mj
     assert energy["nvml_counter_j"] == pytest.approx((last_mj - first_mj) / 1000)
     assert energy["nvml_counter_j"] > 0
-    # The end is exact (the counter no longer moves). The start: wattprobe's baseline is its own
-    # read, a moment before the validator's, at the 70 W idle before the first phase; a second
-    # of skew on a loaded machine is 70 J. A lost interval at 630 W would be 315 J.
-    assert abs(energy["wattprobe_j"] - energy["nvml_counter_j"]) <= 70.0
-    assert abs(energy["wattprobe_vs_nvml_pct"]) <= 3.0
+    # Both ends are exact: the fake's counter stands still before the first phase and after the
+    # load stopped, so wattprobe's baseline and last read see what the validator's reads see.
+    assert energy["wattprobe_j"] == pytest.approx(energy["nvml_counter_j"], abs=0.01), energy
+    assert energy["wattprobe_vs_nvml_pct"] == pytest.approx(0.0, abs=0.01), energy
     # nvidia-smi rows, timed on arrival, every ~100 ms of a power that steps once per phase:
     # each step is placed to within a row's lateness; a unit or window error is far larger
-    assert energy["nvidia_smi_rows"] >= 10
-    assert abs(energy["nvidia_smi_vs_nvml_pct"]) <= 15.0
+    assert energy["nvidia_smi_rows"] >= 10, energy
+    assert abs(energy["nvidia_smi_vs_nvml_pct"]) <= 15.0, energy
     # the counter was read after the agent's interval ended, at both ends of the window
-    assert all(0 <= skew < 30 for skew in report["energy"]["nvml_read_after_agent_s"])
+    skews = report["energy"]["nvml_read_after_agent_s"]
+    assert all(skew is not None and skew >= 0 for skew in skews), skews
 
 
 @pytest.mark.slow
