@@ -43,7 +43,7 @@ CACHE = Path(os.environ.get("WATTPROBE_IMAGE_CACHE", Path.home() / ".cache" / "w
 RUNC = "/usr/sbin/runc"  # crun refuses hybrid cgroup hosts like the CI machines'
 # the sandbox refuses raising rlimits, and podman raises them to the hard limit by default
 PODMAN_RUN = ["run", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
-BUILD_TIMEOUT = 900.0
+BUILD_TIMEOUT = 1800.0  # a cold arm64 build under qemu on a loaded 2-core machine
 # what the image's python3 finds installed in the wheels' layer (name as in a purl, version)
 LIST_WHEELS = """
 import importlib.metadata as m, json
@@ -167,17 +167,13 @@ def daemonset_run_args(port: int) -> list[str]:
         # type "" hostPaths that this machine lacks (a kubelet socket dir, CDI specs, debugfs)
         if Path(host).exists():
             args += ["-v", f"{host}:{mount['mountPath']}:ro"]
-    for env in agent["env"]:
-        if "value" in env:
-            args += ["-e", f"{env['name']}={env['value']}"]
+    env = {e["name"]: e["value"] for e in agent["env"] if "value" in e}  # not the fieldRefs
     # no kubelet on this machine; loopback only, on a free port
-    args += [
-        "-e",
-        "WATTPROBE_KUBE_POD_SOURCE=none",
-        "-e",
-        f"WATTPROBE_WEB_LISTEN_ADDRESS=127.0.0.1:{port}",
-    ]
-    return args
+    env |= {
+        "WATTPROBE_KUBE_POD_SOURCE": "none",
+        "WATTPROBE_WEB_LISTEN_ADDRESS": f"127.0.0.1:{port}",
+    }
+    return args + [arg for name, value in env.items() for arg in ("-e", f"{name}={value}")]
 
 
 def _get(url: str) -> str | None:
