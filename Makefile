@@ -30,7 +30,7 @@ fmt: ## let ruff fix what it can and format the code (then `make lint` shows wha
 	$(PY) -m ruff check --fix --exit-zero -q $(SRC)
 	$(PY) -m ruff format -q $(SRC)
 
-lint: ## ruff and mypy, both must be clean
+lint: setup-test ## ruff and mypy, both must be clean (installs the test tools first: `make run` only installs the runtime)
 	$(PY) -m ruff check $(SRC)
 	$(PY) -m ruff format --check $(SRC)
 	$(PY) -m mypy
@@ -39,13 +39,13 @@ bench: setup-test ## run the benchmarks and rewrite docs/benchmarks.md
 	$(PY) -m tests.benchmarks $(ARGS)
 
 golden: ## regenerate tests/fixtures/golden/*.prom after an intended change of the output
-	WATTPROBE_UPDATE_GOLDEN=1 $(PY) -m pytest tests/test_golden.py
+	WATTPROBE_UPDATE_GOLDEN=1 $(PY) -m pytest tests/system/test_golden.py
 
 docs: ## regenerate docs/metrics.md from the metric catalogue and the attribution picture
-	$(PY) -m exporter.metrics > docs/metrics.md
+	$(PY) -m exporter.exposition.metrics > docs/metrics.md
 	$(PY) docs/diagrams/attribution.py > docs/attribution.svg
 
-manifests: ## regenerate deploy/base/generated from alerts/ and dashboards/
+manifests: ## regenerate deploy/base/generated and the Helm chart's files/generated from alerts/, dashboards/ and the edge forwarder
 	$(PY) deploy/generate.py
 
 JOB ?= wattprobe

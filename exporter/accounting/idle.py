@@ -20,7 +20,8 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from collections.abc import Sequence
-from enum import StrEnum
+
+from exporter.model.health import IdleOrigin
 
 DEFAULT_WINDOW = 720  # intervals: an hour at the default 5 s
 IDLE_UTILIZATION = 0.05  # at most this busy counts as evidence of idleness
@@ -30,12 +31,6 @@ MIN_FIT_SPREAD = 0.3  # utilization range a line fit needs before its intercept 
 # NVIDIA data-centre GPUs idle at about 8-15 % of their power limit in P0 and server CPU packages
 # at 10-30 % of their peak; 5 % stays below both, so the prior never makes load look idle.
 PRIOR_SHARE = 0.05
-
-
-class IdleOrigin(StrEnum):
-    LEARNED = "learned"
-    CONFIGURED = "configured"
-    PRIOR = "prior"
 
 
 def fitted_intercept(samples: Sequence[tuple[float, float]]) -> float | None:

@@ -32,8 +32,8 @@ from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 
 from tests.deploy.manifests import REPO, build, containers, one
-from tests.realparts import missing, require_binary, require_root
-from tests.running import free_port, parse_samples, select
+from tests.support.realparts import missing, require_binary, require_root
+from tests.support.running import free_port, parse_samples, select
 
 pytestmark = pytest.mark.slow
 

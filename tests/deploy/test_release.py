@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from tests.deploy.manifests import REPO
-from tests.realparts import require_binary
+from tests.support.realparts import require_binary
 
 WORKFLOW = REPO / ".github" / "workflows" / "release.yml"
 
