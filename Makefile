@@ -6,7 +6,7 @@ ARGS ?=
 SRC := exporter tests alerts dashboards deploy docs
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-test run test pytest fmt lint bench golden docs manifests monitoring image image-push clean
+.PHONY: help setup setup-test run test pytest fmt lint bench golden docs estimate-data manifests monitoring image image-push clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -44,6 +44,9 @@ golden: ## regenerate tests/fixtures/golden/*.prom after an intended change of t
 docs: ## regenerate docs/metrics.md from the metric catalogue and the attribution picture
 	$(PY) -m exporter.exposition.metrics > docs/metrics.md
 	$(PY) docs/diagrams/attribution.py > docs/attribution.svg
+
+estimate-data: ## regenerate exporter/sources/power/cpumodel/boavizta.json from the pinned boaviztapi
+	$(PY) -m tests.support.estimatedata
 
 manifests: ## regenerate deploy/base/generated and the Helm chart's files/generated from alerts/, dashboards/ and the edge forwarder
 	$(PY) deploy/generate.py

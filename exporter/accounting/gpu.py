@@ -121,12 +121,25 @@ class GpuAccounting:
         tasks: Sequence[TaskSample],
         ioctl_deltas: Mapping[TaskKey, Mapping[str, int]],
         owner: Mapping[TaskKey, ContainerRef],
+        unread: Mapping[str, str] | None = None,
     ) -> GpuInterval:
-        """Energy deltas of this interval's GPU reading and the zones that split them."""
+        """Energy deltas of this interval's GPU reading and the zones that split them.
+
+        unread: backend -> why it gave no reading this interval (failed, timed out, still
+        busy); each GPU it read before is marked down with that reason, so the fault shows per
+        GPU and not only on source_up."""
         self._interval += 1
         for state in self._gpus.values():
             state.reading = None
         self._memory = []
+        for state in self._gpus.values():
+            why = (unread or {}).get(state.backend)
+            if why is not None:
+                state.meter.measure(
+                    DeviceSample(stamp, fault=f"source {why or 'gave nothing'}"),
+                    interval=self._interval,
+                    utilization=None,
+                )
         if reading is None:
             return GpuInterval([], {}, [])
         self._driver_version = reading.driver_version
@@ -320,7 +333,7 @@ def _device_sample(gpu: GpuReading, stamp: float) -> DeviceSample:
         power_w=gpu.power_w,
         max_power_w=limit * POWER_LIMIT_HEADROOM if limit else None,
         rated_power_w=limit,
-        fault="lost" if gpu.lost else "",
+        fault="lost" if gpu.lost else gpu.fault,
     )
 
 

@@ -58,8 +58,14 @@ def fitted_intercept(samples: Sequence[tuple[float, float]]) -> float | None:
 class IdleBaseline:
     """One device's idle power: configured, learned from idleness, or the prior."""
 
-    def __init__(self, fixed_w: float | None = None, window: int = DEFAULT_WINDOW) -> None:
+    def __init__(
+        self,
+        fixed_w: float | None = None,
+        window: int = DEFAULT_WINDOW,
+        fixed_origin: IdleOrigin = IdleOrigin.CONFIGURED,
+    ) -> None:
         self.fixed_w = fixed_w
+        self.fixed_origin = fixed_origin  # what a fixed baseline is: configured, or a model's
         self._samples: deque[tuple[float, float]] = deque(maxlen=window)
         self._idle_powers: deque[float] = deque(maxlen=window)
         self._rated_w: float | None = None
@@ -89,7 +95,7 @@ class IdleBaseline:
 
     def current(self) -> tuple[float, IdleOrigin]:
         if self.fixed_w is not None:
-            return self.fixed_w, IdleOrigin.CONFIGURED
+            return self.fixed_w, self.fixed_origin
         if self._learned is None:
             self._learned = self._learn()
         return self._learned

@@ -39,13 +39,20 @@ from exporter.model.identity import ContainerRef, NoNames
 from exporter.model.ports import (
     ActivitySource,
     CpuTimesSource,
+    DescribesEstimate,
     GpuBackend,
     PodIdentity,
     PowerSource,
     ReportsMapStats,
 )
 from exporter.model.readings import SourceStatus, TaskKey
-from exporter.model.snapshot import EMPTY_SNAPSHOT, DeviceHealth, NodeZoneEnergy, Snapshot
+from exporter.model.snapshot import (
+    EMPTY_SNAPSHOT,
+    DeviceHealth,
+    EstimateInfo,
+    NodeZoneEnergy,
+    Snapshot,
+)
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +145,9 @@ class Monitor:
         now = self._clock()
         read = self._round.read()
         activity = self._activity.interval(now, read.cpu, read.tasks)
-        zone_energy = self._zones.measure(read.readings, activity.usage, self._sequence)
+        zone_energy = self._zones.measure(
+            read.readings, activity.usage, self._sequence, unread=dict(read.unread)
+        )
         # zones known from earlier intervals count too, so a zone missing once does not change
         # which kinds are attributed
         attributed = self._zones.attributed_kinds(
@@ -160,8 +169,18 @@ class Monitor:
             usage=activity.usage,
             statuses=statuses,
             attributed=attributed,
+            estimate=self._estimate_info(read),
         )
         return self._snapshot
+
+    def _estimate_info(self, read: Round) -> EstimateInfo | None:
+        """The model behind this round's estimated readings; None when none was counted."""
+        for source in self._parts.power:
+            if isinstance(source, DescribesEstimate) and any(
+                r.source == source.name for r, _ in read.readings
+            ):
+                return source.estimate_info()
+        return None
 
     def _gpus(self, now: float, read: Round, activity: Activity) -> GpuInterval:
         reading, stamp = self._gpu_merge.merge_stamped(read.gpus, now)
@@ -170,6 +189,7 @@ class Monitor:
         return self._gpu.interval(
             reading,
             stamp,
+            unread=dict(read.unread),
             tasks=activity.tasks,
             ioctl_deltas=activity.ioctl_deltas,
             owner=activity.owner,
@@ -210,6 +230,7 @@ class Monitor:
         usage: float | None,
         statuses: list[SourceStatus],
         attributed: tuple[str, ...],
+        estimate: EstimateInfo | None = None,
     ) -> Snapshot:
         node = tuple(
             NodeZoneEnergy(zone, device, source, t.get(ACTIVE, 0.0), t.get(IDLE, 0.0))
@@ -246,6 +267,7 @@ class Monitor:
             gpu_allocations=(
                 tuple(provided(identity.gpu_allocations)) if identity is not None else ()
             ),
+            estimate=estimate,
         )
 
     def close(self) -> None:

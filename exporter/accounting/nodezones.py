@@ -11,7 +11,7 @@ from exporter.accounting.idle import IdleBaseline
 from exporter.accounting.meter import DeviceSample, ZoneMeter
 from exporter.accounting.zones import ZoneId, ZonePreferences, workload_zones
 from exporter.model.config import IdlePower
-from exporter.model.health import MeterHealth
+from exporter.model.health import IdleOrigin, MeterHealth
 from exporter.model.readings import EnergyReading, TaskKey
 
 ZoneJoules = dict[ZoneId, tuple[float, float]]  # zone -> (active, idle) joules
@@ -37,15 +37,29 @@ class NodeZones:
         readings: Sequence[tuple[EnergyReading, float]],
         usage: float | None,
         interval: int,
+        *,
+        unread: Mapping[str, str] | None = None,
     ) -> ZoneJoules:
-        """(active, idle) joules per measured zone over the interval."""
+        """(active, idle) joules per measured zone over the interval.
+
+        unread: source -> why it gave nothing this interval (failed, timed out, still busy):
+        each zone it had is marked down with that reason, so the fault shows per device (device
+        up 0, a rejection counted, a log line per episode), not only on source_up."""
         out: ZoneJoules = {}
+        for source, why in (unread or {}).items():
+            fault = f"source {why or 'gave nothing'}"
+            for (_zone, _device, src), down in self._meters.items():
+                if src == source:
+                    down.measure(
+                        DeviceSample(stamp=0.0, fault=fault), interval=interval, utilization=None
+                    )
         for reading, stamp in readings:
             zid = (reading.zone, reading.device, reading.source)
             meter = self._meters.get(zid)
             if meter is None:
+                origin = IdleOrigin.CONFIGURED if reading.idle_w is None else IdleOrigin.MODEL
                 meter = self._meters[zid] = ZoneMeter(
-                    IdleBaseline(fixed_w=self._fixed_idle(reading)),
+                    IdleBaseline(fixed_w=self._fixed_idle(reading), fixed_origin=origin),
                     name=f"{reading.source} {reading.zone} {reading.device}",
                 )
             measured = meter.measure(

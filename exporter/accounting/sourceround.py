@@ -43,6 +43,9 @@ class Round:
     readings: tuple[tuple[EnergyReading, float], ...]  # (reading, the clock when it was read)
     gpus: tuple[tuple[GpuReadings | None, float], ...]  # per GPU backend, in order
     statuses: tuple[SourceStatus, ...]
+    # (source, reason) for each power source or GPU backend that gave nothing (failed, timed
+    # out, still busy): the meters mark each of its devices down with that reason
+    unread: tuple[tuple[str, str], ...] = ()
 
 
 class SourceRound:
@@ -84,24 +87,31 @@ class SourceRound:
         measured: list[tuple[EnergyReading, float]] = []
         fallback: list[tuple[EnergyReading, float]] = []
         fallback_statuses: list[SourceStatus] = []
+        unread: list[tuple[str, str]] = []
         for i, source in enumerate(self._power):
             key = f"power.{i}"
             if key not in got:
                 continue
             outcome = got[key]
             is_fallback = source.name in self._fallback
-            value = self._take(source.name, outcome, fallback_statuses if is_fallback else statuses)
-            (fallback if is_fallback else measured).extend((r, outcome.stamp) for r in value or ())
+            into = fallback_statuses if is_fallback else statuses
+            value = self._take(source.name, outcome, into)
+            if value is None:
+                value = _faulted(outcome)
+                if not value:
+                    unread.append((source.name, into[-1].reason))
+            (fallback if is_fallback else measured).extend((r, outcome.stamp) for r in value)
         if any(not r.fault for r, _ in measured):
             self._measured_seen = True
         if not self._measured_seen:
             measured += fallback
             statuses += fallback_statuses
-        gpus = tuple(
-            (self._take(b.name, got[f"gpu.{i}"], statuses), got[f"gpu.{i}"].stamp)
-            for i, b in enumerate(self._gpus)
-        )
-        return Round(cpu, tasks, tuple(measured), gpus, tuple(statuses))
+        gpus: list[tuple[GpuReadings | None, float]] = []
+        for i, b in enumerate(self._gpus):
+            gpus.append((self._take(b.name, got[f"gpu.{i}"], statuses), got[f"gpu.{i}"].stamp))
+            if gpus[-1][0] is None:
+                unread.append((b.name, statuses[-1].reason))
+        return Round(cpu, tasks, tuple(measured), tuple(gpus), tuple(statuses), tuple(unread))
 
     def _calls(self) -> list[Call]:
         """This interval's source reads; each source's calls share its worker thread."""
@@ -147,6 +157,12 @@ class SourceRound:
         for backend in self._gpus:
             self._reads.call_on(backend.name, backend.close, timeout_s=5.0)
         self._reads.close()
+
+
+def _faulted(outcome: Outcome[Sequence[EnergyReading]]) -> Sequence[EnergyReading]:
+    """A SourceError's per-device readings (every zone failed, each with its own fault), so
+    each shows on its device; () when the error carries none."""
+    return outcome.error.readings if isinstance(outcome.error, SourceError) else ()
 
 
 def _merge_statuses(cpu: SourceStatus, tasks: SourceStatus) -> list[SourceStatus]:

@@ -101,6 +101,12 @@ class SnapshotCollector(Collector):
             labels = {"source": d.source, "zone": d.zone, "device": d.device}
             _add(idle, {**labels, "origin": d.meter.idle_origin}, d.meter.idle_w)
         yield idle
+        if snap.estimate is not None:
+            info = _family("estimate_info")
+            e = snap.estimate
+            labels = {"cpu_model": e.cpu_model, "instance_type": e.instance_type, "basis": e.basis}
+            _add(info, labels, 1.0)
+            yield info
 
     def _workload_metrics(self, snap: Snapshot) -> Iterator[Metric]:
         container_energy = _family("container_energy_joules")

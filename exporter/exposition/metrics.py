@@ -86,9 +86,21 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "gauge",
         'Idle power baseline in use per device: origin="learned" (from intervals the device was '
         'idle, or the intercept of a fit over a wide utilization range), "configured" '
-        '(--power.idle) or "prior" (a share of the rated or highest power seen, until idleness '
-        "is observed; docs/attribution.md).",
+        '(--power.idle), "prior" (a share of the rated or highest power seen, until idleness '
+        'is observed; docs/attribution.md) or "model" (source="estimated": the estimate\'s power '
+        "at zero load).",
         ("source", "zone", "device", "origin"),
+    ),
+    MetricSpec(
+        "estimate_info",
+        "gauge",
+        'Where the estimated power (source="estimated") comes from: basis="instance" (the '
+        "instance type's host CPU in Boavizta's tables), \"cpu\" (the CPU model's TDP), "
+        '"model_range" (its model range\'s curve), "ccf" (Cloud Carbon Footprint\'s '
+        'microarchitecture line), "average" (CCF\'s cloud averages) or "flags" '
+        "(--estimate.idle-watts/--estimate.max-watts); docs/faq.md. Present while the estimate "
+        "is in use.",
+        ("cpu_model", "instance_type", "basis"),
     ),
     MetricSpec("node_cpu_usage_ratio", "gauge", "Node CPU busy fraction over the last interval."),
     MetricSpec(

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.host.files import short_error
+from exporter.host.hostfile import read_text_bounded
 from exporter.host.kernelnum import MAX_DIGITS
 from exporter.model.readings import CpuTimes, SourceError
 
@@ -16,6 +17,8 @@ READ_ERROR = "read error"
 
 PF_KTHREAD = 0x00200000  # task flag of kernel threads (include/linux/sched.h)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# /proc/stat: ~150 bytes per CPU plus the interrupt line; 4 MiB covers thousands of CPUs
+MAX_PROC_STAT_BYTES = 4 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +96,6 @@ def parse_cpu_times(text: str) -> CpuTimes:
 def read_cpu_times(procfs: Path | str) -> CpuTimes:
     """The node's CPU times from <procfs>/stat; a SourceError ("read error") if it cannot."""
     try:
-        with open(f"{procfs}/stat") as f:
-            return parse_cpu_times(f.read())
+        return parse_cpu_times(read_text_bounded(f"{procfs}/stat", MAX_PROC_STAT_BYTES))
     except (OSError, ValueError) as exc:
         raise SourceError(READ_ERROR, f"{procfs}/stat: {short_error(exc)}") from exc

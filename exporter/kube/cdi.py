@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from exporter.host.hostfile import read_bounded
 from exporter.model.config import CDI_SPEC_DIRS as DEFAULT_SPEC_DIRS
 
 MAX_SPEC_BYTES = 1 << 20  # a node-wide nvidia-ctk spec is ~50 KiB; a claim spec a few KiB
@@ -160,8 +161,8 @@ def parse_spec(data: object, origin: str = "") -> list[CdiDevice]:
 def load_spec(path: Path) -> list[CdiDevice]:
     """Read and parse one spec file (JSON or YAML by its suffix, as CDI does)."""
     try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_SPEC_BYTES + 1)
+        # non-blocking and regular files only: a FIFO named *.yaml must not hang the scan
+        raw = read_bounded(str(path), MAX_SPEC_BYTES + 1)
     except OSError as exc:
         raise SpecError(f"unreadable: {exc.strerror or exc}") from None
     if len(raw) > MAX_SPEC_BYTES:
@@ -184,6 +185,15 @@ def _yaml(text: str) -> object:
     return yaml.safe_load(text)
 
 
+def _is_file(entry: os.DirEntry[str]) -> bool:
+    """A regular file, or a name to try reading anyway so the problem says what is wrong (a
+    dangling symlink: no such file)."""
+    try:
+        return entry.is_file() or (entry.is_symlink() and not os.path.exists(entry.path))
+    except OSError:  # a race with its removal
+        return True
+
+
 class CdiScanner:
     """The node's CDI specs, re-read only where a file changed (mtime, size)."""
 
@@ -201,11 +211,19 @@ class CdiScanner:
         for directory in self.dirs:  # later directories win, as in CDI's registry
             try:
                 with os.scandir(directory) as it:
-                    names = sorted(
-                        e.name
+                    entries = [
+                        e
                         for e in it
                         if e.name.endswith((".json", ".yaml")) and not e.name.startswith(".")
-                    )
+                    ]
+                # FIFOs, sockets and devices are no specs: skipped without opening them (the
+                # CDI library reads regular files only); a symlink counts by what it points to
+                names = sorted(e.name for e in entries if _is_file(e))
+                problems.extend(
+                    SpecProblem(str(directory / e.name), "not a regular file")
+                    for e in entries
+                    if not _is_file(e)
+                )
             except FileNotFoundError:
                 missing.append(str(directory))
                 continue

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+from exporter.host.hostfile import read_text_bounded
 from exporter.host.kernelnum import parse_uint
 from exporter.kube.cdi import EMPTY_INDEX, CdiDevice, CdiIndex, split_name
 from exporter.model.config import DEFAULT_GPU_RESOURCES
@@ -41,6 +42,8 @@ from exporter.model.spec import DevicePlugin
 
 VOLCANO_VGPU = "volcano.sh/vgpu-number"
 
+# the NVIDIA driver's /proc files are a few hundred bytes
+_MAX_PROC_BYTES = 4096
 _REPLICA = re.compile(r"^(?P<base>.+?)(?:::\d+|/vgpu\d+)$")
 _LEGACY_MIG = re.compile(r"^MIG-(?P<gpu>GPU-[0-9A-Fa-f-]+)/(?P<gi>\d+)/\d+$")
 _MINOR = re.compile(r"^nvidia(?P<minor>\d+)(?:/gi(?P<gi>\d+))?$")
@@ -76,7 +79,7 @@ def device_minors(procfs: Path) -> dict[str, int]:
         return out
     for entry in entries:
         try:
-            text = (entry / "information").read_text()
+            text = read_text_bounded(str(entry / "information"), _MAX_PROC_BYTES)
         except OSError:
             continue
         for line in text.splitlines():
@@ -122,7 +125,7 @@ def mig_capability_minors(procfs: Path) -> dict[int, tuple[int, str]]:
 
 def _device_file_minor(access: Path) -> int | None:
     try:
-        text = access.read_text()[:4096]
+        text = read_text_bounded(str(access), _MAX_PROC_BYTES)
     except OSError:
         return None
     for line in text.splitlines():

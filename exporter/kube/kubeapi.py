@@ -24,11 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from exporter import __version__
+from exporter.host.hostfile import read_text_bounded
 from exporter.model.config import SERVICE_ACCOUNT_DIR
 from exporter.model.readings import SourceError
 
 DEFAULT_TOKEN_FILE = SERVICE_ACCOUNT_DIR / "token"
 DEFAULT_CA_FILE = SERVICE_ACCOUNT_DIR / "ca.crt"
+_MAX_TOKEN_BYTES = 1 << 16  # a service-account JWT is ~1 KiB; OIDC tokens a few
 MAX_BODY_BYTES = 64 << 20
 MAX_LINE_BYTES = 16 << 20
 
@@ -67,7 +69,8 @@ class _CachedFile:
             st = os.stat(self.path)
             stamp = (st.st_mtime_ns, st.st_size)
             if stamp != self._stamp:
-                self._text = self.path.read_text().strip()
+                # a projected token is a symlink (..data/token): followed; a FIFO is refused
+                self._text = read_text_bounded(str(self.path), _MAX_TOKEN_BYTES).strip()
                 self._stamp = stamp
         except OSError as exc:
             self.error = exc

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -125,6 +126,45 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
+# What each duration flag accepts (seconds, inclusive). A value outside is a one-line error at
+# start-up, not an agent that burns a core (an interval of 1 us) or never becomes ready (1e9 s).
+# Intervals: under 100 ms a step's own cost (a /proc scan, a map read, NVML calls) is most of
+# the interval and the deltas are mostly rounding; over an hour /readyz waits an hour and
+# rate() over usual windows sees nothing. Timeouts: under 50 ms a healthy read on a loaded node
+# misses; over 10 minutes a dead peer holds a thread that long. Retention and metadata TTL: at
+# least 1 s (a scrape must be able to see a last increase), at most a week of series kept.
+DurationRange = tuple[float, float]
+INTERVAL_RANGE: DurationRange = (0.1, 3600.0)
+TIMEOUT_RANGE: DurationRange = (0.05, 600.0)
+RETENTION_RANGE: DurationRange = (1.0, 7 * 86400.0)
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds as the shortest duration parse_duration reads back: 0.1 -> 100ms, 3600 -> 1h."""
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    for unit, size in (("h", 3600.0), ("m", 60.0)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def bounded_duration(bounds: DurationRange) -> Callable[[str], float]:
+    """parse_duration, refusing values outside bounds with one line naming the range."""
+    low, high = bounds
+
+    def parse(text: str) -> float:
+        seconds = parse_duration(text)
+        if not low <= seconds <= high:
+            raise ValueError(
+                f"{text.strip()!r} is out of range: "
+                f"{format_duration(low)} to {format_duration(high)}"
+            )
+        return seconds
+
+    return parse
+
+
 def parse_listen_address(text: str) -> tuple[str, int]:
     """':28390', '127.0.0.1:9000', '[::1]:9000' -> (host, port); an empty host means all."""
     host, sep, port_text = text.rpartition(":")
@@ -175,6 +215,9 @@ class Config:
     retention_s: float = 600.0
     estimate_idle_w: float | None = None  # None: from the core count
     estimate_max_w: float | None = None
+    # the node's instance type for the estimate (its node.kubernetes.io/instance-type label);
+    # "": the DMI product name when it names one (AWS Nitro), else the CPU model alone
+    estimate_instance_type: str = ""
     pod_source: str = PodSource.AUTO  # auto, none or a registered source's name
     node_name: str = field(default_factory=lambda: os.environ.get("NODE_NAME", ""))
     log_level: str = "info"

@@ -106,6 +106,9 @@ class GpuReading:
     backend: str = "nvml"  # the backend that read it: the source of its energy and device_up
     # device nodes the backend knows it by (DRM: card1): how some device plugins name a GPU
     device_names: tuple[str, ...] = ()
+    # why its power or energy could not be read although the GPU has the sensor ("" when it
+    # could): a hostile or broken file shows on the GPU's device_up, not only in a log
+    fault: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ class IdleOrigin(StrEnum):
     LEARNED = "learned"
     CONFIGURED = "configured"
     PRIOR = "prior"
+    MODEL = "model"  # a model's power at zero load (the estimate, exporter/sources/power/cpumodel)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from typing import Protocol, runtime_checkable
 from exporter.model.gpu_readings import GpuReadings
 from exporter.model.identity import ContainerRef, WorkloadNames
 from exporter.model.readings import CpuTimes, EnergyReading, MapStats, SourceStatus, TaskSample
-from exporter.model.snapshot import GpuAllocation, PodInfo
+from exporter.model.snapshot import EstimateInfo, GpuAllocation, PodInfo
 
 
 class PowerSource(Protocol):
@@ -20,6 +20,15 @@ class PowerSource(Protocol):
     name: str
 
     def read(self) -> Sequence[EnergyReading]: ...
+
+
+@runtime_checkable
+class DescribesEstimate(Protocol):
+    """A modelled power source (the estimate) says where its model comes from."""
+
+    name: str
+
+    def estimate_info(self) -> EstimateInfo | None: ...
 
 
 class CpuTimesSource(Protocol):

@@ -100,12 +100,19 @@ class MapStats:
 
 
 class SourceError(Exception):
-    """A source could not produce a reading."""
+    """A source could not produce a reading.
 
-    def __init__(self, reason: str, detail: str = "") -> None:
+    readings: what it knows of each device when every one failed (each with its fault), so the
+    monitor can show the fault per device and not only on the source.
+    """
+
+    def __init__(
+        self, reason: str, detail: str = "", readings: tuple[EnergyReading, ...] = ()
+    ) -> None:
         super().__init__(detail or reason)
         self.reason = reason
         self.detail = detail or reason
+        self.readings = readings
 
 
 class SourceAbsent(SourceError):

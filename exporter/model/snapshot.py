@@ -67,6 +67,15 @@ class DeviceHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class EstimateInfo:
+    """Where the estimated power comes from (wattprobe_estimate_info), while it is in use."""
+
+    cpu_model: str
+    instance_type: str
+    basis: str
+
+
+@dataclass(frozen=True, slots=True)
 class ProcessCounters:
     task: TaskKey  # identity (pid, start time); not exported
     pid: int
@@ -121,6 +130,7 @@ class Snapshot:
     pod_info: tuple[PodInfo, ...] = ()  # only with --kube.pod-labels
     gpu_allocations: tuple[GpuAllocation, ...] = ()  # from the kubelet's PodResources API
     devices: tuple[DeviceHealth, ...] = ()  # every device a meter has seen, GPUs included
+    estimate: EstimateInfo | None = None  # while the estimate is in use
 
 
 EMPTY_SNAPSHOT = Snapshot(

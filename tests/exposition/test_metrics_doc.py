@@ -13,6 +13,7 @@ from exporter.model.snapshot import (
     EMPTY_SNAPSHOT,
     ContainerCounters,
     Energy,
+    EstimateInfo,
     GpuAllocation,
     NodeZoneEnergy,
     PodCounters,
@@ -48,6 +49,7 @@ def rich_snapshot() -> Snapshot:
                 ContainerGpuMemory("0", "GPU-1", "a" * 64, "app", "pod", "ns", 2**30, "uid"),
             ),
             "pod_info": (PodInfo("uid", "pod", "ns", (("team", "a"),)),),
+            "estimate": EstimateInfo("Intel Xeon Platinum 8175M", "m5.xlarge", "instance"),
             "gpu_allocations": (GpuAllocation("0", "GPU-1", "1", "MIG-1", "ns", "pod", "app"),),
         }
     )

@@ -46,7 +46,11 @@ def test_serve_with_no_flags_estimates_power_and_splits_it(exporter: StartExport
     )
     assert len(cpu) == 1 and next(iter(cpu.values())) > 1.5, cpu  # one core busy for >= 3 intervals
     mine = select(
-        samples, "wattprobe_container_energy_joules_total", container_id=container_id, mode="active"
+        samples,
+        "wattprobe_container_energy_joules_total",
+        container_id=container_id,
+        zone="package",
+        mode="active",
     )
     everyone = select(
         samples, "wattprobe_container_energy_joules_total", zone="package", mode="active"
@@ -56,6 +60,13 @@ def test_serve_with_no_flags_estimates_power_and_splits_it(exporter: StartExport
     cpu_all = select(samples, "wattprobe_container_cpu_seconds_total")
     cpu_share = next(iter(cpu.values())) / sum(cpu_all.values())
     assert sum(mine.values()) / sum(everyone.values()) == pytest.approx(cpu_share, rel=0.25)
-    pods = select(samples, "wattprobe_pod_energy_joules_total", pod_uid=pod_uid, mode="active")
+    pods = select(
+        samples, "wattprobe_pod_energy_joules_total", pod_uid=pod_uid, zone="package", mode="active"
+    )
+    # the estimate's memory zone is split the same way (this VM has no DRAM sensor either)
+    dram = select(samples, "wattprobe_node_energy_joules_total", source="estimated", zone="dram")
+    assert {dict(k)["mode"] for k in dram} == {"active", "idle"}
+    info = select(samples, "wattprobe_estimate_info")
+    assert len(info) == 1 and dict(next(iter(info)))["basis"], info
     assert sum(pods.values()) == pytest.approx(sum(mine.values()), rel=1e-9)
     check_exposition(samples)

@@ -7,12 +7,15 @@ the new process's first reading (its baseline). This test restarts the exporter 
 same address while Debian's prometheus scrapes it every second, and checks that increase() over
 a window spanning the restart equals the energy the fixture's RAPL counter advanced in that
 window, less at most the restart gap's energy, that Prometheus saw the reset, and that rate()
-is never negative.
+is never negative. Twice: a clean stop (SIGTERM, a rolling update) and kill -9 (an OOM kill, a
+node agent crash), after which the new process must start clean on the same port, its counters
+start again once (exactly one reset in the window) and process_start_time_seconds moves.
 """
 
 from __future__ import annotations
 
 import bisect
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -75,8 +78,24 @@ def prometheus_for(tmp_path: Path) -> Iterator[tuple[int, Prometheus]]:
         prom.stop()
 
 
+START = "process_start_time_seconds"
+
+
+def wait_for_new_start(prom: Prometheus, before: float, timeout: float = 30.0) -> None:
+    """Until Prometheus has scraped a process_start_time_seconds later than before."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = prom.query(START)
+        if got and float(got[0]["value"][1]) > before:
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"process_start_time_seconds still {before} after {timeout}s")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
 def test_restart_mid_run_is_a_reset_that_increase_counts(
-    host: FixtureHost, tmp_path: Path, prometheus_for: tuple[int, Prometheus]
+    host: FixtureHost, tmp_path: Path, prometheus_for: tuple[int, Prometheus], how: str
 ) -> None:
     port, prom = prometheus_for
     args = [*host.args(), "--interval", f"{INTERVAL_S}s"]
@@ -94,12 +113,19 @@ def test_restart_mid_run_is_a_reset_that_increase_counts(
         window_start = time.time()  # inside the first process's life: little extrapolation
         time.sleep(RUN_S)
         stopped_at = time.time()
-        first.stop()
-        assert first.proc.returncode == 0, first.log()
+        first_start = float(prom.api.query(START)[0]["value"][1])
+        if how == "sigkill":
+            first.proc.send_signal(signal.SIGKILL)  # no shutdown code runs at all
+            first.proc.wait(timeout=15)
+            assert first.proc.returncode == -signal.SIGKILL
+        else:
+            first.stop()
+            assert first.proc.returncode == 0, first.log()
         time.sleep(2.0)  # the exporter is down for a while, as in a rolling update
         second = start_exporter(args, tmp_path / "second", port=port)
         second.wait_next_interval()
         counting_again_at = time.time()  # the new process has its baseline: counting resumes
+        wait_for_new_start(prom, first_start)
         time.sleep(RUN_S)
         ticker.stop.set()
         thread.join(5)
@@ -125,7 +151,12 @@ def test_restart_mid_run_is_a_reset_that_increase_counts(
     )
     assert counted > drawn / 2  # the second process's energy is in it, not just the first's
     resets = prom.api.query(f"max(resets({ENERGY}[{window_ms}ms]))", at=window_end)
-    assert float(resets[0]["value"][1]) >= 1  # Prometheus saw the restart as a counter reset
+    # Prometheus saw the restart as one counter reset, and only one: nothing else went back
+    assert float(resets[0]["value"][1]) == 1
+    assert second is not None and "Traceback" not in second.log(), second.log()
+    # the new process's start time is what Prometheus holds at the end, later than the first's
+    later = float(prom.api.query(START, at=window_end)[0]["value"][1])
+    assert later > first_start, (later, first_start)
     rates = prom.api.query_range(
         f"min(rate({ENERGY}[3s]))", window_start, window_end, step=SCRAPE_S
     )

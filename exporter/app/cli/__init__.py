@@ -29,13 +29,16 @@ from exporter.app.runtime import tune_for_serving
 from exporter.app.wiring import StartupError
 from exporter.model.config import (
     DEFAULT_PORT,
+    INTERVAL_RANGE,
+    RETENTION_RANGE,
+    TIMEOUT_RANGE,
     ActivitySource,
     Config,
     GpuIoctls,
     HttpLimits,
     IdleAttribution,
     IdlePower,
-    parse_duration,
+    bounded_duration,
     parse_listen_address,
 )
 from exporter.web.config import WebConfigError
@@ -173,14 +176,22 @@ def source_options(func: F) -> F:
             "estimate_idle_w",
             default=None,
             callback=_converter(_positive_float),
-            help="estimated node CPU power at idle [default: 0.74 W per CPU]",
+            help="estimated node CPU power at idle [default: from the CPU or instance type]",
         ),
         _option(
             "--estimate.max-watts",
             "estimate_max_w",
             default=None,
             callback=_converter(_positive_float),
-            help="estimated node CPU power at full load [default: 3.5 W per CPU]",
+            help="estimated node CPU power at full load [default: from the CPU or instance type]",
+        ),
+        _option(
+            "--estimate.instance-type",
+            "estimate_instance_type",
+            default="",
+            help="the node's cloud instance type (its node.kubernetes.io/instance-type label, "
+            "e.g. m5.xlarge): the estimate then uses the host's CPU [default: the DMI product "
+            "name when it is one, else the CPU model]",
         ),
         _option(
             "--log.level",
@@ -255,21 +266,21 @@ def web_options(func: F) -> F:
             "--web.read-header-timeout",
             "web_header_timeout_s",
             default=f"{limits.header_timeout_s:g}s",
-            callback=_converter(parse_duration),
+            callback=_converter(bounded_duration(TIMEOUT_RANGE)),
             help="time a client has to send a request's headers (and do its TLS handshake)",
         ),
         _option(
             "--web.idle-timeout",
             "web_idle_timeout_s",
             default=f"{limits.idle_timeout_s:g}s",
-            callback=_converter(parse_duration),
+            callback=_converter(bounded_duration(TIMEOUT_RANGE)),
             help="how long an idle keep-alive connection stays open",
         ),
         _option(
             "--web.write-timeout",
             "web_write_timeout_s",
             default=f"{limits.write_timeout_s:g}s",
-            callback=_converter(parse_duration),
+            callback=_converter(bounded_duration(TIMEOUT_RANGE)),
             help="time a client has to take a response",
         ),
         _option(
@@ -364,14 +375,16 @@ def cli() -> None:
     "--interval",
     "interval_s",
     default="5s",
-    callback=_converter(parse_duration),
+    callback=_converter(bounded_duration(INTERVAL_RANGE)),
     help="attribution interval",
 )
 @_option(
     "--source.timeout",
     "source_timeout_s",
     default="auto",
-    callback=_converter(lambda t: None if t.strip() in ("", "auto") else parse_duration(t)),
+    callback=_converter(
+        lambda t: None if t.strip() in ("", "auto") else bounded_duration(TIMEOUT_RANGE)(t)
+    ),
     help="how long an interval waits for a source's read; a source that takes longer is "
     "reported as timed out and not read again until its read returns [auto: half the "
     "interval, at least 1s]",
@@ -381,7 +394,7 @@ def cli() -> None:
     "--workload.retention",
     "retention_s",
     default="10m",
-    callback=_converter(parse_duration),
+    callback=_converter(bounded_duration(RETENTION_RANGE)),
     help="how long series of terminated containers and processes stay",
 )
 @kube_options
@@ -517,7 +530,7 @@ def check(as_json: bool, **kw: Any) -> None:
     "--interval",
     "interval_s",
     default=None,
-    callback=_converter(parse_duration),
+    callback=_converter(bounded_duration(INTERVAL_RANGE)),
     help="measuring interval [default: 2s]; with --from, how often to read [default: 1s]",
 )
 @click.option("--once", is_flag=True, help="print one screen after the first interval and exit")

@@ -13,9 +13,13 @@ from exporter.kube.podsources import POD_SOURCES, PodSourceKind, choices
 from exporter.model.config import (
     CDI_SPEC_DIRS,
     DEFAULT_GPU_RESOURCES,
+    INTERVAL_RANGE,
     PODRESOURCES_SOCKET,
+    RETENTION_RANGE,
     SERVICE_ACCOUNT_DIR,
-    parse_duration,
+    TIMEOUT_RANGE,
+    DurationRange,
+    bounded_duration,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -25,11 +29,16 @@ def _env(flag: str) -> str:
     return "WATTPROBE_" + flag.lstrip("-").replace(".", "_").replace("-", "_").upper()
 
 
-def _duration(_ctx: click.Context, _param: click.Parameter, value: str) -> float:
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+def _duration(bounds: DurationRange) -> Callable[[click.Context, click.Parameter, str], float]:
+    parse = bounded_duration(bounds)
+
+    def convert(_ctx: click.Context, _param: click.Parameter, value: str) -> float:
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+
+    return convert
 
 
 def _optional_path(_ctx: click.Context, _param: click.Parameter, value: str) -> Path | None:
@@ -123,21 +132,21 @@ def kube_options(func: F, pod_sources: Sequence[PodSourceKind] = POD_SOURCES) ->
             "--kube.timeout",
             "kube_timeout_s",
             default="10s",
-            callback=_duration,
+            callback=_duration(TIMEOUT_RANGE),
             help="timeout of every kubelet, apiserver and PodResources call",
         ),
         option(
             "--kube.poll-interval",
             "kube_poll_interval_s",
             default="10s",
-            callback=_duration,
+            callback=_duration(INTERVAL_RANGE),
             help="how often the kubelet's /pods and PodResources are read",
         ),
         option(
             "--kube.metadata-ttl",
             "kube_metadata_ttl_s",
             default="1h",
-            callback=_duration,
+            callback=_duration(RETENTION_RANGE),
             help="how long the last known pods stay once their source stops answering",
         ),
         option(

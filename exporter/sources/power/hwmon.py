@@ -196,7 +196,7 @@ class HwmonSource:
                     EnergyReading(s.zone, s.device, self.name, power_w=watts, max_power_w=bound)
                 )
         if failure is not None and all(r.fault for r in readings):
-            raise SourceError(*failure)
+            raise SourceError(*failure, tuple(readings))
         if failure is not None:
             log.debug("hwmon: some sensors unreadable: %s", failure[1])
         return readings

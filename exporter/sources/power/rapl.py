@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.host.files import fault_for, read_int, read_text, reason_for, short_error
+from exporter.host.hostfile import read_text_bounded
 from exporter.model.config import Config
 from exporter.model.readings import ABSENT, EnergyReading, SourceAbsent, SourceError
 from exporter.model.spec import (
@@ -31,6 +32,8 @@ from exporter.model.spec import (
 log = logging.getLogger(__name__)
 
 _INDEX_SUFFIX = re.compile(r"-\d+$")
+# /proc/cpuinfo: ~1.5 KiB per CPU
+MAX_CPUINFO_BYTES = 8 << 20
 
 # No RAPL domain draws this much: the largest server packages are rated around 400 W. A tighter
 # bound than the generic one makes a counter reset less likely to pass for a wrap.
@@ -140,7 +143,7 @@ class RaplSource:
             reason, detail = failure
             if reason == "permission denied":
                 detail = f"{detail}; {FIX_PERMISSION}"
-            raise SourceError(reason, detail)
+            raise SourceError(reason, detail, tuple(readings))
         if failure is not None:
             log.debug("rapl: some zones unreadable: %s", failure[1])
         return readings
@@ -171,7 +174,7 @@ FIXES = {ABSENT: FIX_ABSENT, "permission denied": FIX_PERMISSION}
 def _is_virtual_machine(procfs: Path) -> bool | None:
     """From the cpuinfo flags: True in a VM, False on x86 bare metal, None when unknown."""
     try:
-        text = (procfs / "cpuinfo").read_text(errors="replace")
+        text = read_text_bounded(str(procfs / "cpuinfo"), MAX_CPUINFO_BYTES)
     except OSError:
         return None
     flags = next((line for line in text.splitlines() if line.startswith("flags")), None)

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-import builtins
+import os
 from pathlib import Path
 from typing import Any
 
@@ -68,14 +68,15 @@ def test_no_powercap_is_absent(tmp_path: Path) -> None:
 def test_permission_denied_on_every_zone_says_why_and_how_to_fix(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    real_open = builtins.open
+    real_open = os.open
 
+    # root reads any mode, so the kernel's refusal (EACCES) is played at the syscall
     def deny_energy(path: Any, *args: Any, **kwargs: Any) -> Any:
         if str(path).endswith("energy_uj"):
             raise PermissionError(13, "Permission denied", str(path))
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "open", deny_energy)
+    monkeypatch.setattr(os, "open", deny_energy)
     with pytest.raises(SourceError) as err:
         RaplSource(FIXTURE_SYS).read()
     assert err.value.reason == "permission denied"
@@ -108,9 +109,9 @@ def test_one_bad_zone_is_a_faulted_reading_and_the_others_read_on(
 def test_unreadable_zone_is_faulted(host: FixtureHost) -> None:
     energy = host.rapl_dir("intel-rapl:1") / "energy_uj"
     energy.unlink()
-    energy.mkdir()  # still listed, but reading it fails with an OSError
+    energy.mkdir()  # still listed, but not a file: refused before any read
     readings = {r.device: r for r in RaplSource(host.sysfs).read()}
-    assert readings["intel-rapl:1"].fault == "unreadable"
+    assert readings["intel-rapl:1"].fault == "not a regular file"
     assert readings["intel-rapl:0"].fault == ""
 
 

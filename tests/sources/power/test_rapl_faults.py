@@ -114,10 +114,18 @@ def directory(host: FixtureHost, device: str) -> None:
     path.mkdir()
 
 
+def fifo(host: FixtureHost, device: str) -> None:
+    path = host.rapl_dir(device) / "energy_uj"
+    path.unlink()
+    os.mkfifo(path)  # refused at once (not a regular file), never waited on
+
+
 def _restore(host: FixtureHost, device: str, value_uj: int) -> None:
     path = host.rapl_dir(device) / "energy_uj"
     if path.is_dir():
         path.rmdir()
+    elif os.path.lexists(path) and not path.is_file():
+        path.unlink()
     host.set_energy_uj(device, value_uj)
 
 
@@ -127,7 +135,8 @@ FAULTS: dict[str, tuple[Fault, str]] = {
     "negative": (negative, "unparsable value"),
     "vanished": (vanish, "vanished"),
     "huge": (huge, "unparsable value"),
-    "directory": (directory, "read error"),
+    "directory": (directory, "not a regular file"),
+    "fifo": (fifo, "not a regular file"),
 }
 
 
@@ -147,6 +156,9 @@ def test_every_zone_fails_then_recovers(run: Run, fault: str) -> None:
         run.hwmon_added += STEP_J
         samples = run.watch.next()
         assert source_up(samples, "rapl") == (0.0, reason)
+        # and on each zone: down, its rejections counted
+        rapl_up = select(samples, "wattprobe_device_up", source="rapl")
+        assert len(rapl_up) == len(run.devices) and set(rapl_up.values()) == {0.0}, rapl_up
         assert source_up(samples, "hwmon") == (1.0, "")
         assert source_up(samples, "procfs") == (1.0, "")
         for device in run.devices:  # frozen, not zeroed, not gone

@@ -1,7 +1,9 @@
-"""A source whose read blocks in the kernel, against a running `wattprobe serve`.
+"""A source whose read blocks, against a running `wattprobe serve`.
 
-A FIFO in place of a RAPL energy_uj file: open() blocks until a writer comes, as a read of a
-wedged sysfs attribute or of /proc behind a frozen process does. The exporter keeps its pace
+A FIFO no longer blocks anything (host files are opened non-blocking and a FIFO is refused:
+tests/host/test_hostfile.py), but a wedged sysfs attribute or /proc behind a frozen process
+still can. So the exporter under test loads tests/support/stuckread/sitecustomize.py, which
+holds the open of one RAPL energy_uj until the test releases it. The exporter keeps its pace
 (one interval per tick), the other sources count on, RAPL reports "timeout" then "still busy",
 and when the read returns every joule the counters advanced is counted exactly once.
 """
@@ -17,6 +19,7 @@ import pytest
 
 from tests.support.faults_support import EPS_J, CounterWatch, node_energy, source_up
 from tests.support.fixturehost import FixtureHost, write_atomic
+from tests.support.paths import REPO
 from tests.support.running import ExporterProcess, Samples, select, start_exporter, stop_process
 
 INTERVAL_S = 0.5
@@ -41,38 +44,36 @@ def intervals(samples: Samples) -> float:
     return next(iter(select(samples, "wattprobe_intervals_total").values()))
 
 
-class Stuck:
-    """energy_uj replaced by a FIFO nobody writes to, until release()."""
+STUCK_READ = REPO / "tests" / "support" / "stuckread"
 
-    def __init__(self, host: FixtureHost, device: str) -> None:
+
+def stuck_env(tmp_path: Path) -> dict[str, str]:
+    """Environment for an exporter whose reads Stuck can hold (tests/support/stuckread)."""
+    path = os.environ.get("PYTHONPATH", "")
+    return {
+        "PYTHONPATH": f"{STUCK_READ}{os.pathsep}{path}" if path else str(STUCK_READ),
+        "WATTPROBE_TEST_STUCK_DIR": str(tmp_path),
+    }
+
+
+class Stuck:
+    """The next open of a zone's energy_uj hangs until release()."""
+
+    def __init__(self, host: FixtureHost, device: str, control: Path) -> None:
         self.path = host.rapl_dir(device) / "energy_uj"
         self.value_uj = int(self.path.read_text())
-        fifo = self.path.with_name(".energy_uj.fifo")
-        os.mkfifo(fifo)
-        os.replace(fifo, self.path)
-        self.aside = self.path.with_name(".energy_uj.stuck")
+        self.marker = control / "stuck"
+        write_atomic(self.marker, str(self.path))
 
     def release(self, value_uj: int) -> None:
-        """The regular file back, and the blocked reader answered with the same value."""
-        os.rename(self.path, self.aside)  # the blocked open() holds the FIFO itself, not the name
+        """The held read goes on, and reads this value."""
         write_atomic(self.path, f"{value_uj}\n")
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                fd = os.open(self.aside, os.O_WRONLY | os.O_NONBLOCK)
-                break
-            except OSError:  # ENXIO: no reader (yet)
-                assert time.monotonic() < deadline, "nobody reads the FIFO"
-                time.sleep(0.05)
-        try:
-            os.write(fd, f"{value_uj}\n".encode())
-        finally:
-            os.close(fd)
+        self.marker.unlink()
 
 
 @pytest.fixture
 def exporter_on(host: FixtureHost, tmp_path: Path) -> Iterator[ExporterProcess]:
-    proc = start_exporter([*host.args(), *ARGS], log_dir=tmp_path)
+    proc = start_exporter([*host.args(), *ARGS], log_dir=tmp_path, env=stuck_env(tmp_path))
     try:
         yield proc
     finally:
@@ -80,7 +81,7 @@ def exporter_on(host: FixtureHost, tmp_path: Path) -> Iterator[ExporterProcess]:
 
 
 def test_blocked_read_keeps_the_pace_and_loses_nothing(
-    host: FixtureHost, exporter_on: ExporterProcess
+    host: FixtureHost, exporter_on: ExporterProcess, tmp_path: Path
 ) -> None:
     exp = exporter_on
     watch = CounterWatch(exp)
@@ -106,7 +107,7 @@ def test_blocked_read_keeps_the_pace_and_loses_nothing(
 
     advance()
     frozen = watch.next()
-    stuck = Stuck(host, STUCK)
+    stuck = Stuck(host, STUCK, tmp_path)
     began = time.monotonic()
     first_interval = intervals(frozen)
     reasons = []
@@ -122,6 +123,11 @@ def test_blocked_read_keeps_the_pace_and_loses_nothing(
         assert exp.get("/healthz")[0] == 200
     assert (0.0, "timeout") in reasons[:2], reasons
     assert reasons[-1] == (0.0, "still busy"), reasons
+    # every zone the stuck read did not read is down, each with a rejection counted
+    rapl_up = select(samples, "wattprobe_device_up", source="rapl")
+    assert len(rapl_up) == len(devices) and set(rapl_up.values()) == {0.0}, rapl_up
+    rejected = select(samples, "wattprobe_device_rejected_readings_total", source="rapl")
+    assert {dict(k)["device"] for k, v in rejected.items() if v >= 4} == set(devices), rejected
     assert all(r[0] == 0.0 for r in reasons[1:]), reasons
     # the loop kept its pace while the read hung: an interval per tick, none skipped
     elapsed = time.monotonic() - began
@@ -135,6 +141,7 @@ def test_blocked_read_keeps_the_pace_and_loses_nothing(
     stuck.release(stuck.value_uj + round(stuck_added * 1e6))
     samples = watch.next(3)
     assert source_up(samples, "rapl") == (1.0, "")
+    assert set(select(samples, "wattprobe_device_up", source="rapl").values()) == {1.0}
     advance()
     samples = watch.next()
     for device in devices:
@@ -148,11 +155,11 @@ def test_blocked_read_keeps_the_pace_and_loses_nothing(
 def test_shutdown_is_not_held_by_a_read_that_never_returns(
     host: FixtureHost, tmp_path: Path
 ) -> None:
-    exp = start_exporter([*host.args(), *ARGS], log_dir=tmp_path)
+    exp = start_exporter([*host.args(), *ARGS], log_dir=tmp_path, env=stuck_env(tmp_path))
     try:
         watch = CounterWatch(exp)
         watch.next()
-        Stuck(host, STUCK)
+        Stuck(host, STUCK, tmp_path)
         samples = watch.next(3)
         assert source_up(samples, "rapl") == (0.0, "still busy")
         started = time.monotonic()

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.host.hostfile import read_bounded
+
 VMLINUX = Path("/sys/kernel/btf/vmlinux")
 
 MAGIC = 0xEB9F
@@ -80,7 +82,8 @@ class Btf:
     @classmethod
     def read(cls, path: Path = VMLINUX) -> Btf:
         try:
-            return cls(path.read_bytes())
+            # vmlinux BTF is a few MiB; the bound only keeps a hostile file from costing more
+            return cls(read_bounded(str(path), 256 << 20))
         except OSError as exc:
             raise BtfError(f"cannot read {path}: {exc}") from exc
 

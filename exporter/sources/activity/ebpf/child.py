@@ -38,6 +38,7 @@ from exporter.model.readings import SourceError
 from exporter.sources.activity.ebpf.kheaders import KernelHeaders
 from exporter.sources.activity.ebpf.load import (
     LOAD_FAILED,
+    LOADER_KILLED,
     MAX_CGROUPS,
     MAX_TASKS,
     PROC_DEVICES,
@@ -127,6 +128,10 @@ def load_in_child(
             raise SourceError(LOAD_FAILED, f"eBPF loader process: {exc}") from exc
         status = proc.wait(timeout=TIMEOUT_S)
     if not msg:
+        if status < 0:  # killed mid-compile: not the kernel's refusal, and not hung either
+            raise SourceError(
+                LOADER_KILLED, f"eBPF loader process killed by signal {-status} while compiling"
+            )
         raise SourceError(LOAD_FAILED, f"eBPF loader process exited with status {status}")
     reply = json.loads(msg)
     if "error" in reply:

@@ -15,6 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from exporter.host.hostfile import read_text_bounded
 from exporter.sources.activity.ebpf import maps as bpf_maps
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,8 @@ class DeviceClasses:
         """Re-read /proc/devices and write what changed (usually nothing). An unreadable file
         keeps the map as it is (an empty map gets the fixed majors regardless)."""
         try:
-            text = self._path.read_text()
+            # /proc/devices is under 2 KiB; through a fixture root it could be anything
+            text = read_text_bounded(str(self._path), 65536)
         except OSError as exc:
             log.debug("cannot read %s: %s", self._path, exc)
             if self._written:

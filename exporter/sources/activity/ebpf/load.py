@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.host.caps import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, SELF_STATUS, effective_caps
+from exporter.host.hostfile import read_text_bounded
 from exporter.model.readings import SourceError
 from exporter.sources.activity.ebpf.btf import (
     TASK_FLAGS_FIELD,
@@ -42,6 +43,7 @@ NO_TRACEPOINT = "no tracepoint"
 NO_CGROUP2 = "no cgroup v2"
 COMPILE_FAILED = "compile failed"
 LOAD_FAILED = "load failed"
+LOADER_KILLED = "loader killed"  # the compile child died of a signal (the OOM killer's SIGKILL)
 NO_SOURCE = "no bpf source"
 NOT_LIVE_PROCFS = "procfs not live"
 
@@ -70,6 +72,11 @@ FIXES: dict[str, str] = {
         "see the compiler output in the log; try another headers set (--ebpf.kernel-headers)"
     ),
     LOAD_FAILED: "the kernel rejected the programs: it needs BPF tracepoint support (5.8 or later)",
+    LOADER_KILLED: (
+        "the eBPF compile child was killed (SIGKILL is usually the OOM killer at the compile's "
+        "memory peak): raise the container's memory limit, then restart the agent; /proc is used "
+        "meanwhile"
+    ),
     NO_SOURCE: "reinstall wattprobe: bpf/activity.c must ship with it",
     NOT_LIVE_PROCFS: (
         "point --path.procfs at this host's /proc (hostPID: true in Kubernetes), or use "
@@ -151,7 +158,7 @@ def bpf_source() -> Path:
 def check_privileges(status_path: Path = SELF_STATUS) -> None:
     """bpf() and perf_event_open() on tracepoints need CAP_BPF + CAP_PERFMON or CAP_SYS_ADMIN."""
     try:
-        caps = effective_caps(status_path.read_text())
+        caps = effective_caps(read_text_bounded(str(status_path), 65536))
     except (OSError, ValueError) as exc:
         raise SourceError(PERMISSION, f"cannot read capabilities: {exc}") from exc
     has = {c for c in (CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF) if caps & (1 << c)}
@@ -200,7 +207,7 @@ def has_cgroup_attach(tracefs: Path) -> bool:
 
 def _format(tracefs: Path, category: str, event: str) -> str:
     try:
-        return (tracefs / "events" / category / event / "format").read_text()
+        return read_text_bounded(str(tracefs / "events" / category / event / "format"), 65536)
     except OSError:
         return ""
 

@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from exporter.host.hostfile import read_text_bounded
+
 # bpf(2) commands and flags (include/uapi/linux/bpf.h)
 LOOKUP_ELEM = 1
 UPDATE_ELEM = 2
@@ -83,7 +85,7 @@ def update(fd: int, key: Any, value: Any, flags: int = BPF_ANY) -> bool:
 def possible_cpus(path: Path = Path("/sys/devices/system/cpu/possible")) -> int:
     """How many values a per-CPU map holds per key: the possible CPUs ("0-63", "0,2-3")."""
     count = 0
-    for part in path.read_text().strip().split(","):
+    for part in read_text_bounded(str(path), 4096).strip().split(","):
         low, _, high = part.partition("-")
         count += int(high or low) - int(low) + 1
     return count

@@ -18,6 +18,7 @@ from typing import Any
 
 from exporter.host.cgroupfs.ids import CgroupIdIndex, find_v2_root
 from exporter.host.cgroupfs.ns import HOST_ROOT, namespace_root, to_host_path
+from exporter.host.hostfile import read_text_bounded
 from exporter.host.procstat import CLOCK_TICKS, PF_KTHREAD, parse_stat
 from exporter.model.config import ActivitySource as ActivityChoice
 from exporter.model.config import Config
@@ -58,6 +59,10 @@ STAT_EXITED_INSERT_FAILS = 3
 N_STATS = 7
 
 
+# /proc/<pid>/{stat,comm,cgroup,status}: under 2 KiB each; a v1 cgroup file a few KiB
+_MAX_PROC_BYTES = 16384
+
+
 class ProcReader:
     """The /proc look-ups the accounting needs, through a configurable root."""
 
@@ -68,8 +73,7 @@ class ProcReader:
 
     def info(self, tgid: int) -> ProcInfo | None:
         try:
-            with open(f"{self._root}/{tgid}/stat") as f:
-                stat = parse_stat(f.read())
+            stat = parse_stat(read_text_bounded(f"{self._root}/{tgid}/stat", _MAX_PROC_BYTES))
         except (OSError, ValueError):
             return None
         return ProcInfo(
@@ -81,16 +85,14 @@ class ProcReader:
 
     def comm(self, tgid: int) -> str | None:
         try:
-            with open(f"{self._root}/{tgid}/comm") as f:
-                return f.read().rstrip("\n")
+            return read_text_bounded(f"{self._root}/{tgid}/comm", _MAX_PROC_BYTES).rstrip("\n")
         except OSError:
             return None
 
     def cgroup_id(self, tgid: int) -> int | None:
         """The cgroup v2 id of the process: the inode of its "0::" cgroup directory."""
         try:
-            with open(f"{self._root}/{tgid}/cgroup") as f:
-                lines = f.read().splitlines()
+            lines = read_text_bounded(f"{self._root}/{tgid}/cgroup", _MAX_PROC_BYTES).splitlines()
             path = next(ln[3:] for ln in lines if ln.startswith("0::"))
             path = to_host_path(path, self._cgroupns_root)
             return (self._cgroup2 / path.lstrip("/")).stat().st_ino
@@ -100,10 +102,11 @@ class ProcReader:
     def tgid_of(self, tid: int) -> int | None:
         # /proc/<tid> resolves thread ids too; its status names the thread group
         try:
-            with open(f"{self._root}/{tid}/status") as f:
-                for line in f:
-                    if line.startswith("Tgid:"):
-                        return int(line.split()[1])
+            for line in read_text_bounded(f"{self._root}/{tid}/status", _MAX_PROC_BYTES).split(
+                "\n"
+            ):
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
         except (OSError, ValueError, IndexError):
             return None
         return None

@@ -14,7 +14,6 @@ are the whole machine's, interrupts included.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 from exporter.host.cgroupfs.classify import classify_cgroup
 from exporter.host.cgroupfs.ids import find_v2_root
 from exporter.host.cgroupfs.ns import HOST_ROOT
+from exporter.host.hostfile import read_bounded
 from exporter.host.kernelnum import parse_uint
 
 V2 = "v2"
@@ -29,7 +29,6 @@ V1 = "v1"
 # (hierarchy, path): the path as /proc shows it, "/kubepods.slice/.../cri-containerd-<id>.scope"
 Location = tuple[str, str]
 
-_FLAGS = os.O_RDONLY | os.O_CLOEXEC
 _MAX_BYTES = 4096  # cpu.stat is a few hundred bytes; more is not a file the kernel wrote
 _USAGE_USEC = "usage_usec "
 # where the v1 cpuacct controller is mounted under the cgroup root (systemd links both names)
@@ -117,9 +116,5 @@ def v1_dir(cgroup_root: Path) -> str | None:
 def read_usage(path: str, parse: Callable[[str], int]) -> int:
     """One cgroup CPU total file, bounded, parsed by parse (parse_cpu_stat or
     parse_cpuacct_usage)."""
-    fd = os.open(path, _FLAGS)
-    try:
-        data = os.read(fd, _MAX_BYTES)
-    finally:
-        os.close(fd)
+    data = read_bounded(path, _MAX_BYTES)
     return parse(data.decode("ascii", "replace"))

@@ -15,12 +15,12 @@ per call and MAX_CACHED entries kept; files are read with one bounded read each.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Collection
 from pathlib import Path
 
 from exporter.host.cgroupfs.classify import classify_task
 from exporter.host.cgroupfs.ns import HOST_ROOT, to_host_file
+from exporter.host.hostfile import read_text_bounded
 from exporter.model.identity import ContainerRef
 from exporter.model.readings import TaskKey
 
@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 MAX_PER_CALL = 256  # GPU processes resolved per interval (a node has a few dozen at most)
 MAX_CACHED = 4096
 RECHECK_EVERY = 12
-_FLAGS = os.O_RDONLY | os.O_CLOEXEC
 _MAX_BYTES = 8192  # a stat line is well under 1 KiB; a v1 cgroup file a few KiB
 
 
@@ -91,9 +90,4 @@ class PidOwners:
         return out
 
     def _read(self, pid: int, name: str) -> str:
-        fd = os.open(f"{self._root}/{pid}/{name}", _FLAGS)
-        try:
-            data = os.read(fd, _MAX_BYTES)
-        finally:
-            os.close(fd)
-        return data.decode("utf-8", "replace")
+        return read_text_bounded(f"{self._root}/{pid}/{name}", _MAX_BYTES)

@@ -25,6 +25,7 @@ from typing import Protocol
 
 from exporter.host.cgroupfs.ns import HOST_ROOT, to_host_file
 from exporter.host.files import short_error
+from exporter.host.hostfile import OPEN_FLAGS
 from exporter.host.kernelnum import MAX_DIGITS
 from exporter.model.readings import SourceError, TaskSample
 
@@ -64,7 +65,10 @@ class _Known:
         self.head = head  # "pid (comm)": the part of stat that names the process
 
 
-_FLAGS = os.O_RDONLY | os.O_CLOEXEC
+# O_NONBLOCK (hostfile.OPEN_FLAGS): a FIFO in a fixture /proc reads EOF at once, never waits.
+# No fstat here: this runs for every process every interval, and what a FIFO reads (nothing)
+# fails the stat parse like any garbage.
+_FLAGS = OPEN_FLAGS
 
 
 def read_file(path: str) -> bytes:

@@ -12,8 +12,10 @@ from pathlib import Path
 from exporter.host.cgroupfs.classify import classify_task
 from exporter.host.cgroupfs.ns import HOST_ROOT, namespace_root
 from exporter.host.files import short_error as _short
+from exporter.host.hostfile import read_text_bounded
 from exporter.host.procstat import (
     CLOCK_TICKS,
+    MAX_PROC_STAT_BYTES,
     PF_KTHREAD,
     parse_stat,
     read_cpu_times,
@@ -96,8 +98,9 @@ class ProcfsSource:
         return self._tree is not None
 
     def _busy_ns(self) -> int:
-        with open(f"{self._root}/stat") as f:
-            return busy_ns_from(f.read(), CLOCK_TICKS)
+        return busy_ns_from(
+            read_text_bounded(f"{self._root}/stat", MAX_PROC_STAT_BYTES), CLOCK_TICKS
+        )
 
     def tasks(self) -> list[TaskSample]:
         """Per cgroup (per_cgroup): one sample per container bucket and one for the rest

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.host.caps import CAP_SYS_PTRACE, SELF_STATUS, effective_caps
+from exporter.host.hostfile import read_text_bounded
 from exporter.model.readings import SourceError, TaskSample
 
 PERMISSION = "permission denied"
@@ -63,8 +64,8 @@ def hidden_reason(mount: ProcMount | None, caps: int, groups: Sequence[int]) -> 
 
 def _current_reason(procfs: Path) -> str | None:
     try:
-        text = Path("/proc/self/mountinfo").read_text()
-        status = SELF_STATUS.read_text()
+        text = read_text_bounded("/proc/self/mountinfo", 16 << 20)
+        status = read_text_bounded(str(SELF_STATUS), 65536)
     except OSError:
         return None  # no way to tell: read as before
     try:

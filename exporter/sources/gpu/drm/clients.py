@@ -27,9 +27,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from exporter.host.hostfile import read_text_bounded
 from exporter.sources.gpu.drm.fdinfo import DrmClient, parse_fdinfo
 
 log = logging.getLogger(__name__)
+
+# an fdinfo is a few hundred bytes (a line per engine and memory region); more is not the kernel's
+MAX_FDINFO_BYTES = 65536
 
 RECHECK_EVERY = 10  # reads between fd walks of a process that held no DRM fd
 DRI_PREFIX = "/dev/dri/"
@@ -95,8 +99,7 @@ class DrmClientScanner:
             try:
                 if not os.readlink(f"{fd_dir}/{fd}").startswith(DRI_PREFIX):
                     continue
-                with open(f"{self._proc}/{pid}/fdinfo/{fd}", "rb") as f:
-                    text = f.read(65536).decode("utf-8", "replace")
+                text = read_text_bounded(f"{self._proc}/{pid}/fdinfo/{fd}", MAX_FDINFO_BYTES)
             except OSError:  # closed in between
                 continue
             client = parse_fdinfo(text)

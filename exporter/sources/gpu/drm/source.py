@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from exporter.host.files import read_int, read_text
+from exporter.host.files import fault_for, read_int, read_text, short_error
 from exporter.model.config import Config
 from exporter.model.gpu_readings import GpuProcess, GpuReading, GpuReadings, ProcessEngineTime
 from exporter.model.readings import ABSENT, SourceAbsent, SourceError
@@ -258,8 +258,8 @@ class DrmSource:
     ) -> GpuReading:
         files = power_files(card)
         hwmon = card.hwmon or ""
-        power_uw = _maybe_int(f"{hwmon}/{files.power}") if files.power else None
-        energy_uj = _maybe_int(f"{hwmon}/{files.energy}") if files.energy else None
+        power_uw, power_fault = _sensor(hwmon, files.power)
+        energy_uj, energy_fault = _sensor(hwmon, files.energy)
         cap_uw = _maybe_int(f"{hwmon}/{files.cap}") if files.cap else None
         clients = usage.get(card.pci, {}) if usage is not None else {}
         busy = _maybe_int(f"{card.device}/gpu_busy_percent")
@@ -286,7 +286,22 @@ class DrmSource:
             vendor=card.vendor,
             backend=NAME,
             device_names=(card.card,),
+            # a sensor the card has that gave no number: the GPU is faulted, not read on the
+            # other sensor alone (that would hide a hostile energy1_input behind power1_*)
+            fault=energy_fault or power_fault,
         )
+
+
+def _sensor(hwmon: str, name: str | None) -> tuple[int | None, str]:
+    """A card's hwmon power or energy value and "", or None and why it could not be read."""
+    if name is None:
+        return None, ""
+    path = f"{hwmon}/{name}"
+    try:
+        return read_int(path), ""
+    except (OSError, ValueError) as exc:
+        log.debug("drm: %s: %s", path, short_error(exc))
+        return None, fault_for(exc)
 
 
 def _engine_time(clients: Mapping[int, ClientUsage]) -> tuple[ProcessEngineTime, ...]:
