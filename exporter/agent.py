@@ -17,8 +17,8 @@ from exporter import __version__
 from exporter.config import Config
 from exporter.progress import Progress
 from exporter.registry import CONTAINER, REGISTRY
-from exporter.server import Health, MetricsServer, make_server
 from exporter.web.live import LiveWebConfig
+from exporter.web.server import Health, MetricsServer, make_server
 from exporter.wiring import Parts, build
 
 log = logging.getLogger(__name__)

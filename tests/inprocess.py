@@ -10,7 +10,7 @@ import urllib.error
 import urllib.request
 
 from exporter.accounting.monitor import Monitor
-from exporter.server import Health, make_server
+from exporter.web.server import Health, make_server
 from tests.running import Samples, parse_samples
 
 

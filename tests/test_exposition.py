@@ -11,7 +11,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from exporter.exposition import TextRenderer, go_float
+from exporter.exposition.text import TextRenderer, go_float
 
 KINDS = ["counter", "gauge", "untyped", "unknown", "info", "stateset", "summary"]
 NAMES = st.from_regex(r"[a-z_][a-z0-9_]{0,12}", fullmatch=True)

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.server import Health, make_server
 from exporter.snapshot import EMPTY_SNAPSHOT, Snapshot
+from exporter.web.server import Health, make_server
 from tests.running import parse_samples
 
 

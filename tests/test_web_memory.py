@@ -15,8 +15,8 @@ import threading
 import time
 
 from exporter.config import HttpLimits
-from exporter.server import Health, make_server
 from exporter.snapshot import EMPTY_SNAPSHOT
+from exporter.web.server import Health, make_server
 from tests.websec_support import read_all
 
 CONNECTIONS = 60

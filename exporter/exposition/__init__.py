@@ -1,0 +1,1 @@
+"""The exposition layer: the Prometheus text format and the per-snapshot rendered bytes."""

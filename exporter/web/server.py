@@ -1,0 +1,314 @@
+"""The metrics server: one asyncio event loop on the caller's thread serves every connection.
+
+Hardened for a port that every pod on the node can reach (see docs/security.md). A connection
+(exporter/web/connection.py) that is idle, trickles its head, or does not read its response
+costs a socket, a small object and at most one 64 KiB chunk of buffered response, never a thread
+or a slot that a scraper needs. The exposition is rendered off the loop by one render thread
+(exporter/exposition/cache.py), so a scrape never waits for a render or for the monitor's step.
+Only GET and HEAD on the four defined paths (exporter/web/routes.py); TLS, basic auth and
+response headers from --web.config.file (exporter/web/live.py), re-read when the file changes.
+
+What the server bounds, beyond each connection's deadlines:
+- connections: --web.max-connections; at the limit a new one replaces the oldest connection that
+  is silent (no request being answered, none answered with less than 400), else gets 503;
+- TLS handshakes holding TLS state: MAX_HANDSHAKES; a new one gives up the oldest;
+- bcrypt checks waiting: exporter/web/authgate.py, per peer and in all; more get 429 at once;
+- memory given back: after a flood has closed many connections, malloc_trim returns the freed
+  heap to the system (exporter/web/trim.py), so RSS comes back down instead of staying at the
+  flood's peak.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import resource
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from exporter.config import HttpLimits
+from exporter.exposition.cache import ExpositionCache, Renderer
+from exporter.snapshot import Snapshot
+from exporter.web.auth import BasicAuth
+from exporter.web.authgate import AuthGate
+from exporter.web.connection import Connection
+from exporter.web.live import LiveWebConfig, WebState
+from exporter.web.routes import Health, Routes
+from exporter.web.telemetry import WebCounters, WebTelemetry
+from exporter.web.trim import TRIM_AFTER_CLOSED, Trimmer
+
+log = logging.getLogger(__name__)
+
+BACKLOG = 1024  # a flood waits in the kernel's queue, not in ours
+ACCEPT_BATCH = 64  # connections accepted per wake-up: a flood cannot hold the loop for long
+FD_RESERVE = 256  # descriptors kept for everything but connections (sources, eBPF, kube)
+JOIN_TIMEOUT_S = 10.0
+# TLS handshakes holding TLS state at once (each ~20-40 KiB of OpenSSL state once the client's
+# hello is in). At the bound a new handshake gives up the oldest one: a real client completes
+# its handshake in one round trip, long before 128 newer hellos have been processed, so only
+# clients that stall are given up.
+MAX_HANDSHAKES = 128
+TRIM_EVERY_S = 5.0
+
+
+def _connection_budget(wanted: int) -> int:
+    """max_connections, within the descriptors this process may open.
+
+    Go raises its soft RLIMIT_NOFILE to the hard limit at start; Python does not, and containers
+    often start with a soft limit of 1024. An accept() that fails with EMFILE makes asyncio stop
+    accepting for a second, scrapers included, so the limit is raised here, and if the hard
+    limit is too low the connection limit is lowered below it instead.
+    """
+    need = wanted + FD_RESERVE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        target = need if hard == resource.RLIM_INFINITY else min(hard, need)
+        if target > soft:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                soft = target
+            except (ValueError, OSError) as exc:
+                log.debug("cannot raise RLIMIT_NOFILE to %d: %s", target, exc)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        budget = max(1, soft - FD_RESERVE)
+        log.warning(
+            "--web.max-connections %d lowered to %d: the open-files limit is %d",
+            wanted,
+            budget,
+            soft,
+        )
+        return budget
+    return wanted
+
+
+class MetricsServer:
+    """Serves from an asyncio loop run by serve_forever() on the caller's thread.
+
+    The socketserver-like surface (server_address, serve_forever, shutdown, server_close) is
+    what the agent and the tests drive.
+    """
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        routes: Routes,
+        limits: HttpLimits,
+        web: LiveWebConfig | None,
+        family: socket.AddressFamily = socket.AF_INET,
+    ) -> None:
+        self.routes = routes
+        self.limits = limits
+        self.web = web
+        self.max_connections = _connection_budget(limits.max_connections)
+        self.socket = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.socket.bind(address)
+            self.socket.listen(BACKLOG)
+            self.socket.setblocking(False)
+        except BaseException:
+            self.socket.close()
+            raise
+        self.server_address: tuple[Any, ...] = self.socket.getsockname()
+        self.renderer = Renderer(routes.cache)
+        self.counters = WebCounters()
+        routes.cache.register(WebTelemetry(self.counters, web))
+        # every open connection; apart, those that are silent (no request being answered and
+        # none answered below 400; oldest first: dicts keep insertion order), the ones given up
+        # at the limit; and the TLS handshakes holding TLS state, oldest first
+        self.connections: set[Connection] = set()
+        self.unproven: dict[Connection, float] = {}
+        self.handshaking: dict[Connection, None] = {}
+        self.auth_gate = AuthGate()
+        self.trimmer = Trimmer()
+        self.scrapes = 0  # scrapes waiting for a render (touched on the loop only)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._shutdown_asked = False
+        self._serving = threading.Event()
+        self._done = threading.Event()
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
+
+    @property
+    def tls(self) -> bool:
+        return self.web is not None and self.web.tls
+
+    def snapshot_published(self) -> None:
+        """The owner's monitor published a snapshot: render it off the request path now."""
+        self.renderer.changed()
+
+    # -- running ------------------------------------------------------------------------
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        del poll_interval  # socketserver's signature; the loop needs no polling
+        if self._shutdown_asked:
+            self._done.set()
+            return
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self.renderer.start()
+        self._serving.set()
+        try:
+            loop.run_until_complete(self._serve())
+        finally:
+            try:
+                self._close_connections(loop)
+            finally:
+                loop.close()
+                self.renderer.stop()
+                self.auth_gate.close()
+                self._done.set()
+
+    async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        # asyncio accepts `backlog` connections per wake-up and listens with the same number:
+        # a small batch keeps the loop turning under a flood, then the queue is deepened again
+        server = await loop.create_server(
+            lambda: Connection(self), sock=self.socket, backlog=ACCEPT_BATCH
+        )
+        self.socket.listen(BACKLOG)
+        trim = loop.call_later(TRIM_EVERY_S, self._trim, loop)
+        try:
+            if not self._shutdown_asked:
+                await self._stop.wait()
+        finally:
+            server.close()
+            trim.cancel()
+
+    def _trim(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.trimmer.tick():
+            log.debug("freed heap returned to the system after %d connections", TRIM_AFTER_CLOSED)
+        if self._stop is not None and not self._stop.is_set():
+            loop.call_later(TRIM_EVERY_S, self._trim, loop)
+
+    def _close_connections(self, loop: asyncio.AbstractEventLoop) -> None:
+        for conn in list(self.connections):
+            conn.abort()
+        tasks = asyncio.all_tasks(loop)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        loop.run_until_complete(asyncio.sleep(0))  # connection_lost callbacks
+
+    def shutdown(self) -> None:
+        """Stop serve_forever and wait until it has returned (callable from another thread)."""
+        self._shutdown_asked = True
+        if not self._serving.is_set():
+            return
+        loop = self._loop
+        if loop is not None and not self._done.is_set():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._stop_on_loop)
+        self._done.wait(JOIN_TIMEOUT_S)
+
+    def _stop_on_loop(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+
+    def server_close(self) -> None:
+        self.socket.close()
+
+    # -- what connections share ---------------------------------------------------------
+
+    def evict_one(self) -> bool:
+        """Close the oldest silent connection, whatever its age; False when there is none.
+
+        Before issue 28 only a silent connection at least a second old was given up, so a
+        reconnect flood faster than --web.max-connections per second kept every connection
+        younger than that and new scrapers got 503 (18 of 20 at 300 connections/s with a limit
+        of 100). A scraper sends its request as soon as it is connected, and a connection with
+        a request being answered is not silent, so giving up the oldest silent one at once
+        costs a scraper nothing unless --web.max-connections newer connections arrive before
+        its request does.
+        """
+        for conn in self.unproven:
+            del self.unproven[conn]
+            self.connections.discard(conn)
+            self.counters.shed_silent += 1
+            log.debug("connection from %r given up for a new one at the limit", conn.peer)
+            conn.abort()
+            return True
+        return False
+
+    def handshake_started(self, conn: Connection) -> None:
+        """conn now holds TLS state: at the bound, the oldest handshake in progress is given up."""
+        while len(self.handshaking) >= MAX_HANDSHAKES:
+            oldest = next(iter(self.handshaking))
+            del self.handshaking[oldest]
+            self.counters.shed_tls_handshake += 1
+            oldest.abort()
+        self.handshaking[conn] = None
+
+    def handshake_done(self, conn: Connection) -> None:
+        self.handshaking.pop(conn, None)
+
+    def connection_closed(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        self.unproven.pop(conn, None)
+        self.handshaking.pop(conn, None)
+        self.trimmer.closed_one()
+
+    async def exposition(self, want_gzip: bool) -> bytes | None:
+        """The bytes for a scrape; None when every scrape slot is taken (503)."""
+        body = self.renderer.ready(want_gzip)
+        if body is not None:
+            return body
+        if self.limits.max_requests > 0 and self.scrapes >= self.limits.max_requests:
+            return None
+        self.scrapes += 1  # held while this scrape waits for a render (a slow reader holds none)
+        try:
+            return await asyncio.wrap_future(self.renderer.request(want_gzip))
+        finally:
+            self.scrapes -= 1
+
+    async def authorize(self, auth: BasicAuth, header: str | None, peer: Any) -> bool | None:
+        """Whether the credentials are good; None when the bcrypt queue refuses (429)."""
+        verdict = await self.auth_gate.check(auth, header, peer)
+        if verdict is None:
+            self.counters.auth_refused += 1
+        return verdict
+
+    def extra_headers(self, state: WebState | None = None) -> tuple[tuple[str, str], ...]:
+        if self.web is None:
+            return ()
+        return (state or self.web.current()).config.headers
+
+
+def make_server(
+    host: str,
+    port: int,
+    snapshot: Callable[[], Snapshot],
+    health: Health,
+    telemetry_path: str,
+    *,
+    limits: HttpLimits | None = None,
+    web: LiveWebConfig | None = None,
+    containers: bool = True,
+) -> MetricsServer:
+    """containers: serve per-container series of pods' containers (--collector.container)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    routes = Routes(ExpositionCache(snapshot, containers=containers), health, telemetry_path)
+    return MetricsServer((host, port), routes, limits or HttpLimits(), web, family)
+
+
+__all__ = [
+    "ExpositionCache",
+    "Health",
+    "HttpLimits",
+    "LiveWebConfig",
+    "MetricsServer",
+    "Renderer",
+    "WebState",
+    "make_server",
+]
+
+
+__all__ = ["Health", "HttpLimits", "LiveWebConfig", "MetricsServer", "WebState", "make_server"]
