@@ -144,10 +144,12 @@ class Connection(asyncio.Protocol):
             if state.context is None:
                 self._tls_failure(NotTls("no TLS context"))
                 return b""
+            self._hello = None
+            if not self.server.handshake_may_start(self, asyncio.get_running_loop().time()):
+                self._tls_failure(NotTls("too many handshakes in progress"))
+                return b""
             self._state = state
             session = self._session = TlsSession(state.context)
-            self._hello = None
-            self.server.handshake_started(self)
             data = bytes(hello)
         try:
             plain = session.receive(data)
@@ -170,8 +172,15 @@ class Connection(asyncio.Protocol):
 
     def _tls_failure(self, exc: Exception) -> None:
         log.debug("TLS handshake with %r failed: %r", self.peer, exc)
+        self.give_up_tls()
+
+    def give_up_tls(self) -> None:
+        """End the handshake now and drop its TLS state at once: a flood evicts hundreds of
+        handshakes in one turn of the loop, and each one's ~45 KiB must not wait for its
+        connection_lost callback to be freed."""
         self._tls_failed = True
         self._hello = None
+        self._session = None
         self.abort()
         self._wake()
 

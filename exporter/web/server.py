@@ -46,11 +46,13 @@ BACKLOG = 1024  # a flood waits in the kernel's queue, not in ours
 ACCEPT_BATCH = 64  # connections accepted per wake-up: a flood cannot hold the loop for long
 FD_RESERVE = 256  # descriptors kept for everything but connections (sources, eBPF, kube)
 JOIN_TIMEOUT_S = 10.0
-# TLS handshakes holding TLS state at once (each ~20-40 KiB of OpenSSL state once the client's
-# hello is in). At the bound a new handshake gives up the oldest one: a real client completes
-# its handshake in one round trip, long before 128 newer hellos have been processed, so only
-# clients that stall are given up.
+# TLS handshakes holding TLS state at once (each ~45 KiB of OpenSSL state once the client's
+# hello is in, measured). At the bound a new handshake gives up the oldest one if that one has
+# had HANDSHAKE_GRACE_S to finish (a real client answers within one round trip), else the new
+# one is refused before any cryptography is done for it: a burst of hellos then costs the CPU
+# of MAX_HANDSHAKES handshakes per HANDSHAKE_GRACE_S at most, and a stalled one is given up.
 MAX_HANDSHAKES = 128
+HANDSHAKE_GRACE_S = 0.1
 TRIM_EVERY_S = 5.0
 
 
@@ -121,7 +123,7 @@ class MetricsServer:
         # at the limit; and the TLS handshakes holding TLS state, oldest first
         self.connections: set[Connection] = set()
         self.unproven: dict[Connection, float] = {}
-        self.handshaking: dict[Connection, None] = {}
+        self.handshaking: dict[Connection, float] = {}
         self.auth_gate = AuthGate()
         self.trimmer = Trimmer()
         self.scrapes = 0  # scrapes waiting for a render (touched on the loop only)
@@ -238,14 +240,19 @@ class MetricsServer:
             return True
         return False
 
-    def handshake_started(self, conn: Connection) -> None:
-        """conn now holds TLS state: at the bound, the oldest handshake in progress is given up."""
+    def handshake_may_start(self, conn: Connection, now: float) -> bool:
+        """Whether conn may start its handshake; at the bound, the oldest handshake is given up
+        (its TLS state freed now, not when its connection is) if it had its grace, else False.
+        """
         while len(self.handshaking) >= MAX_HANDSHAKES:
-            oldest = next(iter(self.handshaking))
-            del self.handshaking[oldest]
+            oldest, started = next(iter(self.handshaking.items()))
             self.counters.shed_tls_handshake += 1
-            oldest.abort()
-        self.handshaking[conn] = None
+            if now - started < HANDSHAKE_GRACE_S:
+                return False
+            del self.handshaking[oldest]
+            oldest.give_up_tls()
+        self.handshaking[conn] = now
+        return True
 
     def handshake_done(self, conn: Connection) -> None:
         self.handshaking.pop(conn, None)

@@ -37,13 +37,20 @@ class Trimmer:
         self._trim = trim if trim is not None else _malloc_trim()
         self.closed = 0  # connections closed since the last trim
         self.trims = 0
+        self._tail = False  # a flood was trimmed: trim once more for its last connections
 
     def closed_one(self) -> None:
         self.closed += 1
 
     def tick(self) -> bool:
-        """Trim if a flood's worth of connections closed since the last trim; True if it did."""
-        if self.closed < TRIM_AFTER_CLOSED or self._trim is None:
+        """Trim if a flood's worth of connections closed since the last trim, or if some closed
+        since a flood's trim (its last connections, often its largest); True if it did."""
+        if self._trim is None:
+            return False
+        if self.closed >= TRIM_AFTER_CLOSED:
+            self._tail = True
+        elif not (self._tail and self.closed > 0):
+            self._tail = False
             return False
         self.closed = 0
         self._trim(0)
