@@ -3,6 +3,7 @@ shares an interpreter lock with the scraper being measured):
 
     python -m tests.attack PORT SECONDS [--trickle N] [--trickle-gap S] [--pipeline N]
                            [--flood N] [--tls-stall N] [--tls-hello N] [--tls-garbage N]
+                           [--guess N] [--reconnect RATE]
     python -m tests.attack scrape keepalive|fresh PORT SECONDS GAP_S [CA_FILE]
 
 - trickle: N connections that send a request head one byte every S seconds and never finish
@@ -17,7 +18,11 @@ shares an interpreter lock with the scraper being measured):
 - tls-hello: N connections that send a whole TLS ClientHello and then nothing (once each: "then
   silence");
 - tls-garbage: N connections at a time that send a TLS record header and 300 random bytes and
-  close at once, each opened again at once (a bad-handshake flood).
+  close at once, each opened again at once (a bad-handshake flood);
+- guess: N keep-alive connections that send /metrics with a wrong basic-auth password, again as
+  soon as each answer comes (a brute force); each one closed is opened again at once;
+- reconnect: RATE new connections per second, each silent until the server closes it (a
+  reconnect flood).
 
 One thread and one epoll set, whatever N. It prints what happened as JSON when done: per kind,
 the connections opened, those the server closed, and the status lines it answered them with.
@@ -26,6 +31,8 @@ the connections opened, those the server closed, and the status lines it answere
 from __future__ import annotations
 
 import argparse
+import base64
+import contextlib
 import errno
 import http.client
 import json
@@ -45,7 +52,11 @@ REOPEN_FLOOD_S = 0.2
 CONNECT_TIMEOUT_S = 3.0
 TLS_STALL = b"\x16\x03\x01"
 GARBAGE_BYTES = 300
-ONE_SHOT = frozenset({"tls-hello"})  # not opened again when closed
+ONE_SHOT = frozenset({"tls-hello", "reconnect"})  # not opened again when closed
+GUESS = (
+    b"GET /metrics HTTP/1.1\r\nHost: node\r\n"
+    b"Authorization: Basic " + base64.b64encode(b"scraper0:wrong-password") + b"\r\n\r\n"
+)
 
 
 def client_hellos(count: int) -> list[bytes]:
@@ -57,10 +68,8 @@ def client_hellos(count: int) -> list[bytes]:
     for _ in range(count):
         incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
         obj = ctx.wrap_bio(incoming, outgoing, server_hostname="node")
-        try:
+        with contextlib.suppress(ssl.SSLWantReadError):  # it waits for the server's answer
             obj.do_handshake()
-        except ssl.SSLWantReadError:
-            pass
         hellos.append(outgoing.read())
     return hellos
 
@@ -148,9 +157,13 @@ class Attack:
         elif conn.kind == "tls-hello":
             conn.next_at = float("inf")
             self._send(conn, self.hellos[tally.opened % len(self.hellos)])
-        elif conn.kind == "tls-garbage":
-            if self._send(conn, garbage()):
-                self._closed(conn, by_server=False)
+        elif conn.kind == "guess":
+            conn.next_at = float("inf")
+            self._send(conn, GUESS)
+        elif conn.kind == "reconnect":
+            conn.next_at = float("inf")
+        elif conn.kind == "tls-garbage" and self._send(conn, garbage()):
+            self._closed(conn, by_server=False)
 
     def _send(self, conn: _Conn, data: bytes) -> bool:
         try:
@@ -189,6 +202,10 @@ class Attack:
         if counts.get("tls-hello"):
             self.hellos = client_hellos(min(64, counts["tls-hello"]))
         for kind, n in counts.items():
+            if kind == "reconnect":  # n per second, spread evenly
+                start = time.monotonic()
+                self.pending += [(start + i / n, kind) for i in range(int(n * seconds))]
+                continue
             self.pending += [(0.0, kind)] * n
         while (now := time.monotonic()) < end:
             due = [p for p in self.pending if p[0] <= now]
@@ -210,6 +227,8 @@ class Attack:
                     data = b""
                 if data:
                     conn.answer = (conn.answer + data)[:4096]
+                    if conn.kind == "guess" and conn.answer.endswith(b"\n"):
+                        self._answered_guess(conn)
                 else:
                     self._closed(conn)
             now = time.monotonic()
@@ -230,6 +249,13 @@ class Attack:
         for conn in list(self.conns.values()):
             conn.sock.close()
         return self.tally
+
+    def _answered_guess(self, conn: _Conn) -> None:
+        status = conn.answer.split(b"\r\n", 1)[0][9:12].decode("ascii", "replace") or "none"
+        tally = self.tally[conn.kind]
+        tally.statuses[status] = tally.statuses.get(status, 0) + 1
+        conn.answer = b""
+        self._send(conn, GUESS)
 
     def _probe_pipeliner(self, conn: _Conn) -> None:
         # one more pipelined request: EAGAIN means open and stalled, an error means cut off
@@ -263,6 +289,7 @@ def scrape_keepalive(
     gap_s: float,
     timeout_s: float = 1.0,
     path: str = "/metrics",
+    *,
     context: ssl.SSLContext | None = None,
 ) -> list[Scrape]:
     """A well-behaved scraper: one keep-alive connection, as Prometheus keeps its own, with
@@ -300,6 +327,7 @@ def scrape_fresh(
     gap_s: float,
     timeout_s: float = 1.0,
     path: str = "/metrics",
+    *,
     context: ssl.SSLContext | None = None,
 ) -> list[Scrape]:
     """A scraper that opens a new connection for every scrape (a restarted Prometheus, or one
@@ -358,6 +386,8 @@ def main() -> None:
     parser.add_argument("--tls-stall", type=int, default=0)
     parser.add_argument("--tls-hello", type=int, default=0)
     parser.add_argument("--tls-garbage", type=int, default=0)
+    parser.add_argument("--guess", type=int, default=0)
+    parser.add_argument("--reconnect", type=int, default=0)
     args = parser.parse_args()
     # On a node the attacker is another pod with its own CPU; here it shares the machine with
     # the exporter, so it yields the CPU first rather than win by taking it (the same for every
@@ -365,7 +395,7 @@ def main() -> None:
     os.nice(10)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = args.trickle + args.pipeline + args.flood + args.tls_stall + args.tls_hello
-    need += args.tls_garbage + 64
+    need += args.tls_garbage + args.guess + args.reconnect * int(args.seconds) + 64
     if soft < need:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, need), hard))
     attack = Attack(args.port, args.trickle_gap)
@@ -376,6 +406,8 @@ def main() -> None:
         "tls-stall": args.tls_stall,
         "tls-hello": args.tls_hello,
         "tls-garbage": args.tls_garbage,
+        "guess": args.guess,
+        "reconnect": args.reconnect,
     }
     tally = attack.run(args.seconds, {k: v for k, v in counts.items() if v})
     print(json.dumps({k: vars(v) for k, v in tally.items()}))

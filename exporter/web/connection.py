@@ -129,30 +129,12 @@ class Connection(asyncio.Protocol):
         """Socket bytes through TLS: the plaintext they carry (b"" during the handshake)."""
         session = self._session
         if session is None:
-            hello = self._hello
-            if hello is None:  # failed already
+            session = self._start_tls(data)
+            if session is None:
                 return b""
-            hello += data
-            try:
-                if not first_record_complete(hello):
-                    return b""  # a stalled client holds these bytes and no TLS state
-            except NotTls as exc:
-                self._tls_failure(exc)
-                return b""
-            assert self.server.web is not None
-            state = self.server.web.current()
-            if state.context is None:
-                self._tls_failure(NotTls("no TLS context"))
-                return b""
-            self._hello = None
-            if not self.server.handshake_may_start(self, asyncio.get_running_loop().time()):
-                self._tls_failure(NotTls("too many handshakes in progress"))
-                return b""
-            self._state = state
-            session = self._session = TlsSession(state.context)
-            data = bytes(hello)
+            data = b""  # _start_tls fed the whole first record
         try:
-            plain = session.receive(data)
+            plain = session.receive(data) if data else b""
         except ssl.SSLError as exc:
             self._tls_failure(exc)
             return b""
@@ -169,6 +151,35 @@ class Connection(asyncio.Protocol):
             self._eof = True
             self._wake()
         return plain
+
+    def _start_tls(self, data: bytes) -> TlsSession | None:
+        """Collect the first record; once it is whole, a session fed with it (None before)."""
+        hello = self._hello
+        if hello is None:  # failed already
+            return None
+        hello += data
+        try:
+            if not first_record_complete(hello):
+                return None  # a stalled client holds these bytes and no TLS state
+        except NotTls as exc:
+            self._tls_failure(exc)
+            return None
+        assert self.server.web is not None
+        state = self.server.web.current()
+        self._hello = None
+        if state.context is None or not self.server.handshake_may_start(
+            self, asyncio.get_running_loop().time()
+        ):
+            self._tls_failure(NotTls("too many handshakes in progress, or no TLS context"))
+            return None
+        self._state = state
+        session = self._session = TlsSession(state.context)
+        try:
+            session.receive(hello)
+        except ssl.SSLError as exc:
+            self._tls_failure(exc)
+            return None
+        return session
 
     def _tls_failure(self, exc: Exception) -> None:
         log.debug("TLS handshake with %r failed: %r", self.peer, exc)

@@ -19,8 +19,9 @@ The benchmarks (each module says how it measures):
 - edge (edge_latency.py): the shipped edge forwarder's latency to a receiver and its WAL growth;
 - attack (attack.py, attack_tls.py): scrapes under 2,000 trickling, 100 non-reading and a flood
   of connections; then, over TLS, 2,000 stalled handshakes, 2,000 silent ClientHellos and a 20 s
-  bad-handshake flood, with RSS during and 30 s after; wattprobe and node_exporter one after the
-  other;
+  bad-handshake flood, with RSS during and 30 s after (attack_tls.py); uncached valid logins
+  under 300 wrong-password connections and scrapes under a reconnect flood (attack_web.py);
+  wattprobe and node_exporter one after the other;
 - fleet (fleet_bench.py): a synthetic edge fleet in a real Prometheus, dashboard query times,
   memory per series, remote-write bytes per sample, the 2,000-node sizing (docs/fleet.md);
 - edge-footprint (edge_footprint.py): the edge pod (agent + forwarder) on a 200-process node.
@@ -39,6 +40,7 @@ from pathlib import Path
 from tests.benchmarks import (
     attack,
     attack_tls,
+    attack_web,
     collection,
     edge_footprint,
     edge_latency,
@@ -104,6 +106,7 @@ def _sections(args: argparse.Namespace, ctx: Context, log_dir: Path) -> list[Sec
         "attack": lambda: [
             attack.run(ctx, args.attack_seconds, log_dir),
             attack_tls.run(ctx, args.tls_attack_seconds, log_dir),
+            attack_web.run(ctx, log_dir),
         ],
         "edge-footprint": lambda: [edge_footprint.run(args.edge_footprint_seconds)],
         "fleet": lambda: [

@@ -103,6 +103,7 @@ def attack_tls(
     exporter: str,
     attack: str,
     flags: tuple[str, ...],
+    *,
     port: int,
     pid: int,
     seconds: float,
@@ -118,8 +119,8 @@ def attack_tls(
     rss_before = rss_mib(pid)
     sampler = threading.Thread(target=sample)
     sampler.start()
-    keepalive = _scraper("keepalive", port, WARM_S + seconds, 0.5, ca)
-    fresh = _scraper("fresh", port, WARM_S + seconds, 1.0, ca)
+    keepalive = _scraper("keepalive", port, WARM_S + seconds, 0.5, ca=ca)
+    fresh = _scraper("fresh", port, WARM_S + seconds, 1.0, ca=ca)
     time.sleep(WARM_S)
     start = time.monotonic()
     attacker = subprocess.Popen(
@@ -167,7 +168,9 @@ def run(ctx: Context, seconds: float, log_dir: Path) -> Section:
     def each_attack(name: str, port: int, pid: int) -> None:
         for attack, flags in ATTACKS:
             length = GARBAGE_S if attack == "garbage" else seconds
-            outcomes.append(attack_tls(name, attack, flags, port, pid, length, pki.ca))
+            outcomes.append(
+                attack_tls(name, attack, flags, port=port, pid=pid, seconds=length, ca=pki.ca)
+            )
 
     with Advancer(host, INTERVAL_S), machine_load() as load:
         with wattprobe(

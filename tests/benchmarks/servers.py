@@ -3,6 +3,7 @@ as subprocesses on loopback, a thread that keeps a synthetic host moving, and th
 
 from __future__ import annotations
 
+import base64
 import json
 import ssl
 import subprocess
@@ -98,8 +99,10 @@ def node_exporter(
     log_dir: Path,
     collectors: tuple[str, ...] = RAPL_HWMON,
     ready: bytes = b"node_rapl_",
+    *,
     web_config: Path | None = None,
     ca: Path | None = None,
+    auth: tuple[str, str] | None = None,
 ) -> Iterator[NodeExporter]:
     """node_exporter reading the given trees, by default with only its RAPL and hwmon
     collectors; collectors=() runs Debian's defaults (what a node runs). Ready once /metrics
@@ -126,11 +129,17 @@ def node_exporter(
     if ca is not None:
         url = url.replace("http://", "https://")
         context = ssl.create_default_context(cafile=str(ca))
+    headers = {}
+    if auth is not None:
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
     try:
         deadline = time.monotonic() + 30
         while True:
             try:
-                with urllib.request.urlopen(url, timeout=2, context=context) as resp:
+                with urllib.request.urlopen(
+                    urllib.request.Request(url, headers=headers), timeout=2, context=context
+                ) as resp:
                     if resp.status == 200 and ready in resp.read():
                         break
             except OSError:
