@@ -114,3 +114,11 @@ def test_a_reconnect_flood_faster_than_the_limit_lets_new_scrapers_in(
     assert answered == 10
     for sock in flood:
         sock.close()
+
+
+def test_a_head_of_blank_lines_is_refused_at_once(server: MetricsServer) -> None:
+    """Issue 28: 100,000 bare CRLFs got no answer until the header timeout (10 s here; a
+    timeout answers nothing, as no request had begun). Go's server answers 400 at once."""
+    with _connect(server) as sock:
+        sock.sendall(b"\r\n" * 100_000)
+        assert status_of(read_all(sock)) == 400
