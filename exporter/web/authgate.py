@@ -8,9 +8,10 @@ restart or a password rotation every scrape failed until the flood stopped. Now:
 - the checks waiting are bounded, per client address (PER_PEER) and in all (MAX_WAITING); a
   request over a bound is refused at once (429 with Retry-After, counted in
   wattprobe_web_auth_refused_total), so a guesser's excess costs neither memory nor a wait;
-- the next check is taken from the client addresses in turn (round robin), not in arrival order:
-  however many guesses one address has waiting, a scraper from another address waits for at
-  most the check in progress plus one check per other address that has one waiting.
+- the next check is taken from the client address that has had the fewest checks run (of the
+  last RECENT addresses checked; the oldest lane first among equals), not in arrival order:
+  however many guesses one address keeps waiting, a scraper from another address is next,
+  after the check in progress.
 
 Why per address and not something else: a cache of good logins (BasicAuth's) answers a scraper
 that was checked before, but not the first scrape after a restart or a rotation, which is what
@@ -38,6 +39,9 @@ MAX_WAITING = 64
 _Waiting = tuple[BasicAuth, str | None, asyncio.Future[bool]]
 
 
+RECENT = 1024  # addresses whose count of checks is remembered
+
+
 def peer_host(peer: Any) -> str:
     """The address part of a peername (the port changes with every connection)."""
     if isinstance(peer, tuple) and peer:
@@ -54,6 +58,7 @@ class AuthGate:
 
     def __init__(self) -> None:
         self._lanes: OrderedDict[str, deque[_Waiting]] = OrderedDict()
+        self._ran: OrderedDict[str, int] = OrderedDict()  # checks run per address, LRU
         self._waiting = 0
         self._busy = False
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -78,13 +83,16 @@ class AuthGate:
 
     def _next(self) -> None:
         while not self._busy and self._lanes:
-            host, lane = next(iter(self._lanes.items()))
+            # at most MAX_WAITING lanes: the scan is short
+            host = min(self._lanes, key=lambda h: self._ran.get(h, 0))
+            lane = self._lanes[host]
             auth, header, future = lane.popleft()
             self._waiting -= 1
-            if lane:
-                self._lanes.move_to_end(host)  # the next check is another address's
-            else:
+            if not lane:
                 del self._lanes[host]
+            self._ran[host] = self._ran.pop(host, 0) + 1
+            if len(self._ran) > RECENT:
+                self._ran.popitem(last=False)
             if future.done():  # its connection went away while it waited
                 continue
             if self._pool is None:

@@ -13,8 +13,11 @@ of handshakes costs bounded memory that is freed when the flood ends (issue 28).
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import ssl
+import sys
+import termios
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +82,18 @@ class Connection(asyncio.Protocol):
         self._state: WebState | None = None
         self._tls_ready = False
         self._tls_failed = False
+        self._fd = -1
+
+    def has_unread_bytes(self) -> bool:
+        """Whether the client has sent bytes the loop has not read yet (a request on its way):
+        such a connection is not given up as silent at the limit."""
+        if self._fd < 0 or self._lost:
+            return False
+        try:
+            got = fcntl.ioctl(self._fd, termios.FIONREAD, b"\0\0\0\0")
+        except OSError:
+            return False
+        return int.from_bytes(got, sys.byteorder) > 0
 
     # -- protocol callbacks -------------------------------------------------------------
 
@@ -98,6 +113,8 @@ class Connection(asyncio.Protocol):
             return
         self.transport = transport
         self.peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("socket")
+        self._fd = sock.fileno() if sock is not None else -1
         server.connections.add(self)
         server.unproven[self] = loop.time()
         # pause at any unsent byte: a response is handed over one CHUNK at a time, so a client

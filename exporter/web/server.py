@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import resource
 import socket
@@ -52,6 +53,7 @@ JOIN_TIMEOUT_S = 10.0
 # one is refused before any cryptography is done for it: a burst of hellos then costs the CPU
 # of MAX_HANDSHAKES handshakes per HANDSHAKE_GRACE_S at most, and a stalled one is given up.
 MAX_HANDSHAKES = 128
+EVICT_SCAN = 8  # silent connections looked at, oldest first, for one without a request arriving
 HANDSHAKE_GRACE_S = 0.1
 TRIM_EVERY_S = 5.0
 
@@ -231,14 +233,18 @@ class MetricsServer:
         costs a scraper nothing unless --web.max-connections newer connections arrive before
         its request does.
         """
-        for conn in self.unproven:
-            del self.unproven[conn]
-            self.connections.discard(conn)
-            self.counters.shed_silent += 1
-            log.debug("connection from %r given up for a new one at the limit", conn.peer)
-            conn.abort()
-            return True
-        return False
+        if not self.unproven:
+            return False
+        # a connection whose request has arrived but not yet been read is not silent: under a
+        # burst the loop accepts a batch of connections before it reads the ones before them
+        candidates = list(itertools.islice(self.unproven, EVICT_SCAN))
+        conn = next((c for c in candidates if not c.has_unread_bytes()), candidates[0])
+        del self.unproven[conn]
+        self.connections.discard(conn)
+        self.counters.shed_silent += 1
+        log.debug("connection from %r given up for a new one at the limit", conn.peer)
+        conn.abort()
+        return True
 
     def handshake_may_start(self, conn: Connection, now: float) -> bool:
         """Whether conn may start its handshake; at the bound, the oldest handshake is given up

@@ -171,6 +171,7 @@ def run(ctx: Context, log_dir: Path) -> Section:
             [*serve_args(host), "--web.config.file", str(config)],
             log_dir,
             env=ctx.exporter_env(host),
+            auth=auth,
         ) as wp:
             wp.wait_next_interval(timeout=60)
             logins, tally_auth = brute_force(wp.port)

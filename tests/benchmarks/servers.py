@@ -62,6 +62,7 @@ def wattprobe(
     *,
     scheme: str = "http",
     ssl_context: ssl.SSLContext | None = None,
+    auth: tuple[str, str] | None = None,
 ) -> Iterator[ExporterProcess]:
     # serve's own defaults, not the tests' (tests/running.TEST_ARGS)
     proc = start_exporter(
@@ -72,6 +73,7 @@ def wattprobe(
         test_args=(),
         scheme=scheme,
         ssl_context=ssl_context,
+        auth=auth,
     )
     try:
         yield proc
