@@ -3,8 +3,8 @@
 // Tracepoint arguments and BPF helpers only, never kernel struct fields through the headers, so
 // any kernel headers compile this file. The one exception, the ioctl probe's walk from a file
 // descriptor to its device number, reads at offsets userspace takes from the running kernel's
-// BTF (exporter/sources/ebpf/btf.py), never from the headers. Counters are cumulative; userspace
-// (exporter/sources/ebpf/source.py) takes deltas.
+// BTF (exporter/sources/activity/ebpf/btf.py), never from the headers. Counters are cumulative; userspace
+// (exporter/sources/activity/ebpf/source.py) takes deltas.
 //
 // sched_switch runs on every context switch, so it is a raw tracepoint where the kernel allows
 // it (5.18+, WATTPROBE_RAW_SWITCH): a classic tracepoint formats its arguments into a buffer

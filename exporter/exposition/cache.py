@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.registry import Collector
 
-from exporter.collector import SnapshotCollector
+from exporter.exposition.collector import SnapshotCollector
 from exporter.exposition.text import TextRenderer
-from exporter.snapshot import Snapshot
+from exporter.model.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 

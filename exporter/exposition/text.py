@@ -4,7 +4,7 @@ each distinct label set formatted once and reused while it keeps appearing.
 generate_latest validates and escapes every label name and value of every sample on every
 render; for a node with a few hundred containers that was most of the render's cost
 (docs/benchmarks.md). The output is byte for byte what generate_latest writes with its default
-escaping (tests/test_exposition.py compares the two), so the renderer can change without any
+escaping (tests/exposition/test_text.py compares the two), so the renderer can change without any
 scraper noticing.
 """
 

@@ -26,7 +26,7 @@ import http
 import re
 from dataclasses import dataclass, field
 
-from exporter.config import HttpLimits
+from exporter.model.config import HttpLimits
 
 MAX_HEADERS = 100
 # Empty lines allowed before a request line (RFC 9112 2.2: a server SHOULD ignore at least one).

@@ -30,9 +30,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from exporter.config import HttpLimits
 from exporter.exposition.cache import ExpositionCache, Renderer
-from exporter.snapshot import Snapshot
+from exporter.model.config import HttpLimits
+from exporter.model.snapshot import Snapshot
 from exporter.web.auth import BasicAuth
 from exporter.web.authgate import AuthGate
 from exporter.web.connection import Connection

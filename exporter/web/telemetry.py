@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from exporter.metrics import BY_NAME, PREFIX
+from exporter.exposition.metrics import BY_NAME, PREFIX
 from exporter.web.live import LiveWebConfig
 
 SHED_REASONS = ("silent", "refused", "tls_handshake")

@@ -1,6 +1,6 @@
 """TLS under attack (issue 28): `wattprobe serve` and Debian's prometheus-node-exporter, each with
 its own TLS web config (the same certificate), one after the other on the synthetic node, under
-three loopback attacks from a process of their own (tests/attack.py), one after the other:
+three loopback attacks from a process of their own (tests/support/attack.py), one after the other:
 
 - stall: 2,000 connections that send the first 3 bytes of a TLS record and stop (opened again
   when the server cuts them off);
@@ -27,7 +27,6 @@ from pathlib import Path
 
 import yaml
 
-from tests.attack import Scrape, rss_mib
 from tests.benchmarks.attack import _answered
 from tests.benchmarks.common import (
     REPO,
@@ -40,8 +39,9 @@ from tests.benchmarks.common import (
 )
 from tests.benchmarks.servers import Advancer, node_exporter, wattprobe
 from tests.benchmarks.synthetic import HostShape
-from tests.pki import Pki
-from tests.websec_support import client_context
+from tests.support.attack import Scrape, rss_mib
+from tests.support.pki import Pki
+from tests.support.websec_support import client_context
 
 COMMAND = "python -m tests.benchmarks --only attack"
 INTERVAL_S = 5.0
@@ -78,7 +78,7 @@ def _scraper(
         [
             sys.executable,
             "-m",
-            "tests.attack",
+            "tests.support.attack",
             "scrape",
             how,
             str(port),
@@ -124,7 +124,7 @@ def attack_tls(
     time.sleep(WARM_S)
     start = time.monotonic()
     attacker = subprocess.Popen(
-        [sys.executable, "-m", "tests.attack", str(port), str(seconds), *flags],
+        [sys.executable, "-m", "tests.support.attack", str(port), str(seconds), *flags],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

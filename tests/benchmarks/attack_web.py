@@ -1,6 +1,6 @@
 """Basic auth under a brute force, and admission under a reconnect flood (issue 28): `wattprobe
 serve` and Debian's prometheus-node-exporter one after the other on the synthetic node, each
-attacked from a process of its own (tests/attack.py).
+attacked from a process of its own (tests/support/attack.py).
 
 - brute force: both with the same web config of 20 users with bcrypt cost-10 hashes; 300
   keep-alive connections from 127.0.0.1 send a wrong password for one user, again as soon as
@@ -27,7 +27,6 @@ from pathlib import Path
 import bcrypt
 import yaml
 
-from tests.attack import Scrape
 from tests.benchmarks.attack import _answered
 from tests.benchmarks.common import (
     REPO,
@@ -41,6 +40,7 @@ from tests.benchmarks.common import (
 )
 from tests.benchmarks.servers import Advancer, node_exporter, wattprobe
 from tests.benchmarks.synthetic import HostShape
+from tests.support.attack import Scrape
 
 COMMAND = "python -m tests.benchmarks --only attack"
 INTERVAL_S = 5.0
@@ -105,7 +105,7 @@ def _login(port: int, user: str, password: str) -> Login:
 
 def _attacker(port: int, seconds: float, *flags: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.attack", str(port), str(seconds), *flags],
+        [sys.executable, "-m", "tests.support.attack", str(port), str(seconds), *flags],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -139,7 +139,7 @@ def reconnect_flood(port: int) -> tuple[list[Scrape], dict[str, dict[str, object
         [
             sys.executable,
             "-m",
-            "tests.attack",
+            "tests.support.attack",
             "scrape",
             "fresh",
             str(port),

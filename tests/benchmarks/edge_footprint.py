@@ -10,7 +10,7 @@ of 2 containers, on 4 CPUs, RAPL and hwmon from the fixture tree, no GPU: this m
 /proc is not small while other jobs run thousands of processes on it. The agent runs as the
 edge DaemonSet runs it (default interval, /proc activity there; pods from the tree's cgroups),
 the forwarder is Debian's Prometheus 2.42 with --enable-feature=agent scraping it every second
-and remote-writing to a local receiver (tests/fleet.py start_forwarder: 1 s batch deadline,
+and remote-writing to a local receiver (tests/support/fleet.py start_forwarder: 1 s batch deadline,
 2,000 samples per send). The eBPF child's peak is measured on this machine's /proc with
 `wattprobe serve --activity-source ebpf`: its children are polled while the probes compile.
 """
@@ -39,9 +39,9 @@ from tests.benchmarks.common import (
 )
 from tests.benchmarks.servers import Advancer, wattprobe
 from tests.benchmarks.synthetic import HostShape
-from tests.fleet import own_metrics, start_forwarder, start_receiver
-from tests.realparts import require_binary, require_root
-from tests.running import start_exporter
+from tests.support.fleet import own_metrics, start_forwarder, start_receiver
+from tests.support.realparts import require_binary, require_root
+from tests.support.running import start_exporter
 
 log = logging.getLogger("tests.benchmarks.edge_footprint")
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.config import parse_duration
+from exporter.model.config import parse_duration
 from tests.deploy.manifests import (
     DEPLOY,
     OVERLAYS,
@@ -28,8 +28,8 @@ from tests.deploy.manifests import (
     one,
     pod_specs,
 )
-from tests.edgeforwarder import flag_value, shipped_forwarder
-from tests.realparts import require_binary
+from tests.support.edgeforwarder import flag_value, shipped_forwarder
+from tests.support.realparts import require_binary
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "alerts" / "wattprobe.rules.yml"
@@ -175,7 +175,8 @@ def test_forwarder_settings_keep_their_promises() -> None:
     assert not any(e["name"] == "WATTPROBE_INTERVAL" for e in agent["env"])
     assert 2 * scrape_s <= 5.0
     # the alert fires at 75 % of the WAL's bound: 3 truncation periods (docs/install.md,
-    # tests/test_edge_forwarding.py); the retention flags do not bound the remote-write buffer
+    # tests/monitoring/test_edge_forwarding.py); the retention flags do not bound the remote-write
+    # buffer
     assert not any(a.startswith("--storage.agent.retention.") for a in shipped.args)
     period_s = parse_duration(flag_value(shipped.args, "--storage.agent.wal-truncate-frequency"))
     rules = yaml.safe_load(RULES.read_text())
