@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import subprocess
 import time
 import urllib.request
@@ -111,6 +112,16 @@ def shipped_forwarder(overlay: str = VMAGENT_OVERLAY) -> Shipped:
 
 def flag_value(args: tuple[str, ...], name: str) -> str:
     return next(a.split("=", 1)[1] for a in args if a.startswith(f"{name}="))
+
+
+_SIZES = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "KB": 10**3, "MB": 10**6, "GB": 10**9}
+
+
+def parse_size(text: str) -> int:
+    """A VictoriaMetrics size flag's value in bytes ("2GiB", "500MB", "1024")."""
+    m = re.fullmatch(r"(\d+)(KiB|MiB|GiB|KB|MB|GB)?", text)
+    assert m, f"not a size: {text}"
+    return int(m.group(1)) * _SIZES.get(m.group(2) or "", 1)
 
 
 def loopback_config(
