@@ -6,7 +6,7 @@ ARGS ?=
 SRC := exporter tests alerts dashboards deploy docs
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-test run test pytest fmt lint bench golden docs manifests monitoring image image-multiarch clean
+.PHONY: help setup setup-test run test pytest fmt lint bench golden docs estimate-data manifests monitoring image image-multiarch clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -30,7 +30,7 @@ fmt: ## let ruff fix what it can and format the code (then `make lint` shows wha
 	$(PY) -m ruff check --fix --exit-zero -q $(SRC)
 	$(PY) -m ruff format -q $(SRC)
 
-lint: ## ruff and mypy, both must be clean
+lint: setup-test ## ruff and mypy, both must be clean (installs the test tools first: `make run` only installs the runtime)
 	$(PY) -m ruff check $(SRC)
 	$(PY) -m ruff format --check $(SRC)
 	$(PY) -m mypy
@@ -39,13 +39,16 @@ bench: setup-test ## run the benchmarks and rewrite docs/benchmarks.md
 	$(PY) -m tests.benchmarks $(ARGS)
 
 golden: ## regenerate tests/fixtures/golden/*.prom after an intended change of the output
-	WATTPROBE_UPDATE_GOLDEN=1 $(PY) -m pytest tests/test_golden.py
+	WATTPROBE_UPDATE_GOLDEN=1 $(PY) -m pytest tests/system/test_golden.py
 
 docs: ## regenerate docs/metrics.md from the metric catalogue and the attribution picture
-	$(PY) -m exporter.metrics > docs/metrics.md
+	$(PY) -m exporter.exposition.metrics > docs/metrics.md
 	$(PY) docs/diagrams/attribution.py > docs/attribution.svg
 
-manifests: ## regenerate deploy/base/generated from alerts/ and dashboards/
+estimate-data: ## regenerate exporter/sources/power/cpumodel/boavizta.json from the pinned boaviztapi
+	$(PY) -m tests.support.estimatedata
+
+manifests: ## regenerate deploy/base/generated and the Helm chart's files/generated from alerts/, dashboards/ and the edge forwarder
 	$(PY) deploy/generate.py
 
 JOB ?= wattprobe

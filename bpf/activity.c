@@ -3,8 +3,8 @@
 // Tracepoint arguments and BPF helpers only, never kernel struct fields through the headers, so
 // any kernel headers compile this file. The one exception, the ioctl probe's walk from a file
 // descriptor to its device number, reads at offsets userspace takes from the running kernel's
-// BTF (exporter/sources/ebpf/btf.py), never from the headers. Counters are cumulative; userspace
-// (exporter/sources/ebpf/source.py) takes deltas.
+// BTF (exporter/sources/activity/ebpf/btf.py), never from the headers. Counters are cumulative; userspace
+// (exporter/sources/activity/ebpf/source.py) takes deltas.
 //
 // sched_switch runs on every context switch, so it is a raw tracepoint where the kernel allows
 // it (5.18+, WATTPROBE_RAW_SWITCH): a classic tracepoint formats its arguments into a buffer
@@ -90,7 +90,9 @@ struct exited_val {
 };
 
 struct slice {
-    u64 start_ns;  // monotonic ns when the running task was switched in; 0 before the first switch
+    // where the running task's slice started: its se.sum_exec_runtime when it was switched in
+    // (WATTPROBE_TASK_RUNTIME), else the monotonic clock then; 0 before the first switch
+    u64 start_ns;
     u64 tid;       // thread id of that task (0: idle, or not known yet)
     u64 ioctls[N_DRIVERS];  // GPU ioctls of the running task not yet added to its process
     // per-cgroup mode: on-CPU ns of untracked tasks for exited-map key pending_key, not yet
@@ -99,6 +101,7 @@ struct slice {
     // to the map when a slice of another key ends here. Userspace adds what is pending.
     u64 pending_key;
     u64 pending_ns;
+    u64 task;  // WATTPROBE_TASK_RUNTIME: the task start_ns is the runtime of
 };
 
 BPF_TABLE("lru_hash", u32, struct task_val, tasks, WATTPROBE_MAX_TASKS);
@@ -111,9 +114,13 @@ BPF_PERCPU_ARRAY(stats, u64, N_STATS);
 // where the root cgroup holds host processes, the PF_KTHREAD read. A cached key is valid while
 // `moves` (bumped by every cgroup v2 move) is what it was when the key was taken.
 #if defined(WATTPROBE_PER_CGROUP) && defined(WATTPROBE_RAW_SWITCH) && \
-    defined(WATTPROBE_CGROUP_ATTACH)
+    defined(WATTPROBE_CGROUP_ATTACH) && !defined(WATTPROBE_TASK_RUNTIME)
 #define CACHE_KEYS 1
 BPF_ARRAY(moves, u64, 1);
+#endif
+// the raw program's task cache (below): with the clock only, for next's thread and cached keys
+#if defined(WATTPROBE_RAW_SWITCH) && !defined(WATTPROBE_TASK_RUNTIME)
+#define SEEN_CACHE 1
 #endif
 #define KEY_UNKNOWN (~0ULL)       // no cached key: take the current one
 #define KEY_TRACKED (1ULL << 63)  // cached with the key: the process has its own entry
@@ -181,6 +188,77 @@ static __always_inline u64 cgroup_key(void) {
 }
 #endif
 
+#if defined(WATTPROBE_PER_CGROUP) && defined(WATTPROBE_TASK_RUNTIME)
+// ns per cgroup not yet added to the exited map, per CPU, direct-mapped by the task's cgroup:
+// a switch adds to its cgroup's slot here (a per-CPU array look-up is inlined, and its lines stay
+// in this CPU's cache) instead of looking the cgroup up in the shared exited hash (~250 ns a
+// switch on a node switching between hundreds of cgroups). The slot is found by the cgroup's
+// serial number (task->cgroups->dfl_cgrp->self.serial_nr; the kernel never reuses one), and
+// the cgroup id (cgrp->kn->id, two more dependent loads) is read only when a slot is taken. A
+// slot taken by another cgroup first moves its sum to the exited map. Userspace adds what the
+// slots hold.
+#define PEND_SLOTS (1 << WATTPROBE_PEND_BITS)
+#define KTHREAD_TAG (1ULL << 63)  // serial numbers count cgroups made since boot: far below
+struct pend_slot {
+    u64 key;  // exited-map key: cgroup id, or 0 for kernel threads (first: userspace reads it)
+    u64 ns;
+    u64 tag;  // the cgroup's serial number, | KTHREAD_TAG for kernel threads summed apart
+};
+BPF_PERCPU_ARRAY(pending, struct pend_slot, PEND_SLOTS);
+
+#define PTR_AT(p, off) (*(u64 *)((char *)(p) + (off)))
+
+static __always_inline void pend(struct slice *s, u64 ns) {
+    // direct loads through the BTF task pointer: no helper call, a fault reads 0
+    struct task_struct *task = bpf_get_current_task_btf();
+    struct cgroup *cgrp = (struct cgroup *)PTR_AT(
+        PTR_AT(task, WATTPROBE_OFF_TASK_CGROUPS), WATTPROBE_OFF_CSS_SET_DFL_CGRP);
+    u64 tag = PTR_AT(cgrp, WATTPROBE_OFF_CGROUP_SERIAL);
+#if defined(WATTPROBE_OFF_TASK_FLAGS) && defined(WATTPROBE_ROOT_CGROUP)
+    u32 flags = *(u32 *)((char *)task + WATTPROBE_OFF_TASK_FLAGS);
+    if (flags & PF_KTHREAD_)
+        tag |= KTHREAD_TAG;
+#endif
+    u32 index = (tag * 0x9E3779B97F4A7C15ULL) >> (64 - WATTPROBE_PEND_BITS);
+    struct pend_slot *p = pending.lookup(&index);
+    if (p && p->tag == tag && p->ns) {
+        p->ns += ns;  // this CPU's slot: no other writer
+        return;
+    }
+    u64 key = PTR_AT(PTR_AT(cgrp, WATTPROBE_OFF_CGROUP_KN), WATTPROBE_OFF_KERNFS_ID);
+#if defined(WATTPROBE_OFF_TASK_FLAGS) && defined(WATTPROBE_ROOT_CGROUP)
+    if ((tag & KTHREAD_TAG) && key == WATTPROBE_ROOT_CGROUP)
+        key = 0;  // kernel threads of the root cgroup, apart from its processes
+#endif
+    if (!p) {
+        add_exited(key, ns, 0, 0);
+        return;
+    }
+    // the slot first, then the map: a reader (the map, then the slots) may miss the sum for
+    // one read, never see it twice
+    u64 old_key = p->key, old_ns = p->ns;
+    *(volatile u64 *)&p->ns = ns;
+    *(volatile u64 *)&p->key = key;
+    p->tag = tag;
+    if (old_ns)
+        add_exited(old_key, old_ns, 0, 0);
+}
+#elif defined(WATTPROBE_PER_CGROUP)
+// ns for exited-map key `key`, summed in this CPU's slot while consecutive slices have that key
+static __always_inline void pend(struct slice *s, u64 key, u64 ns) {
+    if (s->pending_key != key) {
+        // only this CPU writes its slot: plain stores; pending_ns last, so a reader that
+        // sees the new key with the old sum is caught by its second read (the slot moved)
+        if (s->pending_ns)
+            add_exited(s->pending_key, s->pending_ns, 0, 0);
+        s->pending_key = key;
+        s->pending_ns = ns;
+    } else {
+        s->pending_ns += ns;
+    }
+}
+#endif
+
 // Adds ns of CPU time and nv, drm GPU ioctls to the current process.
 //
 // Per-cgroup mode (WATTPROBE_PER_CGROUP, the default unless per-process metrics are wanted):
@@ -195,7 +273,16 @@ static __always_inline u64 cgroup_key(void) {
 static __always_inline int account(struct slice *s, u32 tgid, u64 ns, u64 nv, u64 drm,
                                    bool exiting, u64 hint) {
     struct task_val *v = NULL;
-#ifdef WATTPROBE_PER_CGROUP
+#if defined(WATTPROBE_PER_CGROUP) && defined(WATTPROBE_TASK_RUNTIME)
+    // CPU time always goes to the cgroup's sum (nothing per switch tells a tracked process
+    // apart without a per-task look-up); a tracked process's own entry holds its GPU ioctls
+    if (ns)
+        pend(s, ns);
+    if (!(nv | drm))
+        return 0;
+    ns = 0;
+    v = tasks.lookup(&tgid);
+#elif defined(WATTPROBE_PER_CGROUP)
 #ifdef WATTPROBE_IOCTLS
     // without the ioctl probe no process is ever tracked: no look-up by tgid at all; with it,
     // none for a task known to have no entry, unless this slice made a GPU ioctl
@@ -203,17 +290,7 @@ static __always_inline int account(struct slice *s, u32 tgid, u64 ns, u64 nv, u6
         v = tasks.lookup(&tgid);
 #endif
     if (!v && !(nv | drm)) {
-        u64 key = hint == KEY_UNKNOWN ? cgroup_key() : (hint & ~KEY_TRACKED);
-        if (s->pending_key != key) {
-            // only this CPU writes its slot: plain stores; pending_ns last, so a reader that
-            // sees the new key with the old sum is caught by its second read (start_ns moved)
-            if (s->pending_ns)
-                add_exited(s->pending_key, s->pending_ns, 0, 0);
-            s->pending_key = key;
-            s->pending_ns = ns;
-        } else {
-            s->pending_ns += ns;
-        }
+        pend(s, hint == KEY_UNKNOWN ? cgroup_key() : (hint & ~KEY_TRACKED), ns);
         return 0;
     }
 #else
@@ -255,19 +332,70 @@ static __always_inline int account(struct slice *s, u32 tgid, u64 ns, u64 nv, u6
     return 1;
 }
 
+#ifdef WATTPROBE_TASK_RUNTIME
+// On-CPU time is the kernel's own per-task runtime, se.sum_exec_runtime: what cgroup cpu.stat
+// sums, brought up to date by the scheduler before sched_switch fires. The raw program reads the
+// incoming task's runtime into this CPU's slot (start_ns, with its task pointer); when that task
+// leaves the CPU, its runtime then less the slot's is the slice, exactly what the kernel charged
+// its cgroup in between, whatever its scheduling class. No clock read, no per-task map. The
+// first slice on each CPU after the load (no slot yet) is charged from prev_sum_exec_runtime.
+#include <uapi/linux/bpf_perf_event.h>
+
+#define TASK_U64(task, off) (*(u64 *)((char *)(task) + (off)))
+
+// ns the current (outgoing) task `prev` ran in the slice that ends now
+static __always_inline u64 runtime_delta(struct slice *s, u64 prev) {
+    struct task_struct *task = bpf_get_current_task_btf();  // prev: direct loads, no helper
+    u64 sum = TASK_U64(task, WATTPROBE_OFF_SUM_EXEC);
+    // both loaded, then chosen: one load instruction may not serve two kinds of pointer
+    u64 picked = *(volatile u64 *)((char *)task + WATTPROBE_OFF_PREV_SUM_EXEC);
+    u64 start = *(volatile u64 *)&s->start_ns;
+    u64 base = s->task == prev ? start : picked;
+    return sum > base ? sum - base : 0;
+}
+
+// Names the slice in flight on this CPU for userspace, once a second per CPU (a cpu-clock perf
+// event): a long slice is credited before it ends, and sched_switch pays nothing for naming
+// but clearing the name.
+int name_slice(struct bpf_perf_event_data *ctx) {
+    u32 zero = 0;
+    struct slice *s = running.lookup(&zero);
+    if (!s)
+        return 0;
+    u64 id = bpf_get_current_pid_tgid();
+    if ((u32)id && s->task == (u64)bpf_get_current_task())
+        *(volatile u64 *)&s->tid = (u32)id;  // start_ns is this slice's already
+    return 0;
+}
+#endif
+
 // The slice that ends now on this CPU goes to the current (outgoing) task's process, with the
 // GPU ioctls it made; next_tid (0: unknown or idle) starts a new slice. Returns what account()
 // returned, or -1 if nothing was accounted.
-static __always_inline int switch_slice(u64 id, u64 next_tid, bool exiting, u64 hint) {
+#define tgid_of(id) ((u32)((id) >> 32))
+
+// prev, next, next_start: with WATTPROBE_TASK_RUNTIME, the outgoing and incoming tasks and the
+// incoming one's runtime now
+static __always_inline int switch_slice(u64 id, u64 next_tid, bool exiting, u64 hint, u64 prev,
+                                        u64 next, u64 next_start) {
     u32 zero = 0;
     struct slice *s = running.lookup(&zero);
     if (!s)
         return -1;
+#ifdef WATTPROBE_TASK_RUNTIME
+    u64 ns = tgid_of(id) ? runtime_delta(s, prev) : 0;
+    // the next slice: unnamed until name_slice() samples it; tid first, so a reader that sees
+    // a name sees it with its own start
+    if (s->tid)
+        *(volatile u64 *)&s->tid = 0;
+    *(volatile u64 *)&s->start_ns = next_start;
+    s->task = next;
+#else
     u64 now = bpf_ktime_get_ns();
     u64 start = s->start_ns;
-    // start first, then tid: userspace reads the slot twice and keeps it only if both agree
     *(volatile u64 *)&s->start_ns = now;
     *(volatile u64 *)&s->tid = next_tid;
+#endif
     u64 nv = 0, drm = 0;
 #ifdef WATTPROBE_IOCTLS
     nv = s->ioctls[DRV_NVIDIA];
@@ -280,13 +408,16 @@ static __always_inline int switch_slice(u64 id, u64 next_tid, bool exiting, u64 
     u32 tgid = id >> 32;
     if (tgid == 0)
         return -1;  // the idle task
+#ifndef WATTPROBE_TASK_RUNTIME
     u64 ns = start ? now - start : 0;  // 0: first switch on this CPU since load
+#endif
     if (!(ns | nv | drm))
         return -1;
     return account(s, tgid, ns, nv, drm, exiting, hint);
 }
 
 #ifdef WATTPROBE_RAW_SWITCH
+#ifdef SEEN_CACHE
 // Task pointer -> pid_tgid, direct-mapped: a slot holds the last task switched out whose pointer
 // hashes to it. Reading it saves a helper call per switch (a call costs ~20 ns where returns
 // are mitigated), and it names the task that a CPU switches to, for userspace's time in flight:
@@ -349,10 +480,20 @@ static __always_inline void seen_store(struct seen_task *e, u64 task, u64 id, u6
     e->check = task ^ id;
 #endif
 }
+#endif  // SEEN_CACHE
 
 RAW_TRACEPOINT_PROBE(sched_switch) {
     // args: preempt, prev, next, prev_state; prev is current. prev_state is an argument since
     // 5.18: older kernels refuse a program that reads it, and userspace takes the classic one.
+#ifdef WATTPROBE_TASK_RUNTIME
+    u64 next = ctx->args[2];
+    u64 next_start = 0;
+    bpf_probe_read_kernel(&next_start, sizeof(next_start),
+                          (void *)(next + WATTPROBE_OFF_SUM_EXEC));
+    switch_slice(bpf_get_current_pid_tgid(), 0, !ctx->args[0] && (ctx->args[3] & TASK_DEAD),
+                 KEY_UNKNOWN, ctx->args[1], next, next_start);
+    return 0;
+#else
     u64 prev = ctx->args[1];
     u64 next = ctx->args[2];
     bool dead = !ctx->args[0] && (ctx->args[3] & TASK_DEAD);
@@ -376,19 +517,19 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     if (!id) {
         id = bpf_get_current_pid_tgid();  // 0: the idle task, never remembered
         if (!id) {
-            switch_slice(0, next_tid, dead, KEY_UNKNOWN);  // still starts the next slice
+            switch_slice(0, next_tid, dead, KEY_UNKNOWN, 0, 0, 0);  // still starts the next slice
             return 0;
         }
         key = KEY_UNKNOWN;  // not known to have an entry: look it up once
         if (dead) {
-            switch_slice(id, next_tid, dead, KEY_UNKNOWN);
+            switch_slice(id, next_tid, dead, KEY_UNKNOWN, 0, 0, 0);
             return 0;
         }
     }
     u64 hint = key;
     if (gen != now_gen || key == KEY_UNKNOWN)
         hint = cgroup_key() | (key & KEY_TRACKED);  // moved since, or new: take it again
-    int tracked = switch_slice(id, next_tid, dead, hint);
+    int tracked = switch_slice(id, next_tid, dead, hint, 0, 0, 0);
     if (dead) {
         p->check = 0;  // its task_struct may come back as another task
     } else {
@@ -406,15 +547,16 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     } else if (dead) {
         p->check = 0;  // its task_struct may come back as another task
     }
-    switch_slice(id, next_tid, dead, KEY_UNKNOWN);
+    switch_slice(id, next_tid, dead, KEY_UNKNOWN, 0, 0, 0);
 #endif
     return 0;
+#endif  // WATTPROBE_TASK_RUNTIME
 }
 #else
 TRACEPOINT_PROBE(sched, sched_switch) {
     // current is still the task switching out
     switch_slice(bpf_get_current_pid_tgid(), args->next_pid,
-                 (args->prev_state & STATE_EXITED) != 0, KEY_UNKNOWN);
+                 (args->prev_state & STATE_EXITED) != 0, KEY_UNKNOWN, 0, 0, 0);
     return 0;
 }
 #endif
@@ -481,7 +623,7 @@ TRACEPOINT_PROBE(sched, sched_process_exec) {
         // the cgroup here also covers a move that raced the entry being made
         v->cgroup_id = bpf_get_current_cgroup_id();
     }
-#ifdef WATTPROBE_RAW_SWITCH
+#ifdef SEEN_CACHE
     // a thread other than the leader that execs takes the leader's pid
     u64 task = bpf_get_current_task();
     struct seen_task *e = seen_slot(task);

@@ -9,6 +9,16 @@ dashboards/ directly. This script writes, from whatever is there:
   dashboards/*.json   -> deploy/base/generated/dashboards.yaml      (one ConfigMap per dashboard,
                          labelled grafana_dashboard: "1" for the Grafana sidecar)
 
+and the same objects for the Helm chart, which reads them with .Files (a chart, too, sees only
+files under its own directory):
+
+  -> deploy/helm/wattprobe/files/generated/prometheusrule.yaml  (the same PrometheusRule)
+  -> deploy/helm/wattprobe/files/generated/dashboards.yaml      (the same ConfigMaps, as the
+                                                                 items of one v1 List)
+  deploy/overlays/kubeedge/edge/forwarder/*
+     -> deploy/helm/wattprobe/files/generated/forwarder/*        (the edge forwarder's config
+                                                                 files, byte for byte)
+
   python3 deploy/generate.py           rewrite the generated files
   python3 deploy/generate.py --check   exit 1 (with a diff) when they differ from the sources
 """
@@ -34,6 +44,8 @@ RULE_FILE = GENERATED_DIR / "prometheusrule.yaml"
 DASHBOARD_FILE = GENERATED_DIR / "dashboards.yaml"
 RULES_GLOB = "alerts/*.rules.yml"
 DASHBOARDS_GLOB = "dashboards/*.json"
+CHART_GENERATED = Path("deploy/helm/wattprobe/files/generated")
+FORWARDER_DIR = Path("deploy/overlays/kubeedge/edge/forwarder")
 
 NAME = "wattprobe"
 COMMON_LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": NAME}
@@ -157,12 +169,36 @@ def render(root: Path) -> list[Output]:
     rule = _header(RULES_GLOB) + _dump([prometheus_rule(load_rule_groups(root))])
     maps = dashboard_configmaps(root)
     dashboards = _header(DASHBOARDS_GLOB) + (_dump(maps) if maps else "# (no dashboards yet)\n")
-    return [Output(RULE_FILE, rule), Output(DASHBOARD_FILE, dashboards)]
+    # Helm's fromYaml reads one document: the chart's copy holds the ConfigMaps as a List.
+    chart_dashboards = _header(DASHBOARDS_GLOB) + _dump(
+        [{"apiVersion": "v1", "kind": "List", "items": maps}]
+    )
+    forwarder = [
+        Output(CHART_GENERATED / "forwarder" / path.name, path.read_text(encoding="utf-8"))
+        for path in sorted((root / FORWARDER_DIR).iterdir())
+        if path.is_file()
+    ]
+    return [
+        Output(RULE_FILE, rule),
+        Output(DASHBOARD_FILE, dashboards),
+        Output(CHART_GENERATED / RULE_FILE.name, rule),
+        Output(CHART_GENERATED / DASHBOARD_FILE.name, chart_dashboards),
+        *forwarder,
+    ]
+
+
+def stale(root: Path, outputs: list[Output]) -> list[Path]:
+    """Files in the chart's generated folder that render() no longer writes (a forwarder file
+    removed from the overlay must not linger in the chart)."""
+    folder = root / CHART_GENERATED
+    wanted = {root / out.path for out in outputs}
+    found = sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
+    return [p.relative_to(root) for p in found if p not in wanted]
 
 
 def drift(root: Path, outputs: list[Output]) -> list[str]:
     """Unified diffs of the committed files against what render() gives; empty when in sync."""
-    diffs: list[str] = []
+    diffs: list[str] = [f"{path}: not generated any more\n" for path in stale(root, outputs)]
     for out in outputs:
         path = root / out.path
         current = path.read_text(encoding="utf-8") if path.exists() else ""
@@ -207,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
             log.error("generated manifests are out of date: run `make manifests`")
             return 1
         return 0
+    for old in stale(root, outputs):
+        (root / old).unlink()
+        log.info("removed %s", old)
     for out in outputs:
         path = root / out.path
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,3 +1,3 @@
-from exporter.cli import main
+from exporter.app.cli import main
 
 main()

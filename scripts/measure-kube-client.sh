@@ -30,4 +30,4 @@ for _ in 1 2 3; do
   "$venv/bin/python" "$venv/measure.py" prometheus_client psutil click kubernetes.client kubernetes.watch kubernetes.config
   "$venv/bin/python" "$venv/measure.py" grpc google.protobuf.message
 done
-echo "(exporter as a whole: .venv/bin/python -m tests.kube_rss in $here)"
+echo "(exporter as a whole: .venv/bin/python -m tests.support.kube_rss in $here)"

@@ -11,7 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
-from exporter.workloads.cdi import CdiScanner
+from exporter.kube.cdi import CdiScanner
 
 FIXTURE = Path(
     "tests/fixtures/cdi/run/k8s.gpu.nvidia.com-claim_5f0e9c1a-2d3b-4c5d-8e6f-708192a3b4c5.yaml"

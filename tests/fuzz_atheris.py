@@ -28,13 +28,13 @@ import yaml  # noqa: F401
 
 with atheris.instrument_imports(include=["exporter"]):
     from exporter.accounting.meter import MAX_PLAUSIBLE_POWER_W, DeviceSample, ZoneMeter
-    from exporter.cgroupfs.classify import cgroup_lines, parse_cgroup_path
-    from exporter.config import IdlePower, parse_duration, parse_listen_address
-    from exporter.identity import ContainerRef
-    from exporter.readings import SourceError
-    from exporter.sources.hwmon import MAX_SANE_LIMIT_W, HwmonSource
-    from exporter.sources.procfs.scan import ProcScanner
-    from exporter.sources.procfs.source import CLOCK_TICKS, PF_KTHREAD, parse_cpu_times, parse_stat
+    from exporter.host.cgroupfs.classify import cgroup_lines, parse_cgroup_path
+    from exporter.host.procstat import CLOCK_TICKS, PF_KTHREAD, parse_cpu_times, parse_stat
+    from exporter.model.config import IdlePower, parse_duration, parse_listen_address
+    from exporter.model.identity import ContainerRef
+    from exporter.model.readings import SourceError
+    from exporter.sources.activity.procfs.scan import ProcScanner
+    from exporter.sources.power.hwmon import MAX_SANE_LIMIT_W, HwmonSource
     from exporter.web.auth import parse_basic
     from exporter.web.config import WebConfigError, parse_web_config
     from exporter.web.http import HttpError, parse_head

@@ -22,7 +22,7 @@ for dir in "$arch"/arch/*; do
 done
 cp -a "$arch/include" "$arch/arch" "$dest/"
 echo "$version" > "$dest/.version"
-# what exporter/sources/ebpf/kheaders.py takes as a full tree: fail the image build, not the agent
+# what exporter/sources/activity/ebpf/kheaders.py takes as a full tree: fail the image build, not the agent
 for needed in include/linux/kconfig.h include/generated/autoconf.h include/generated/utsrelease.h; do
   [ -f "$dest/$needed" ] || { echo "merge-kernel-headers: no $needed in $dest" >&2; exit 1; }
 done

@@ -3,7 +3,7 @@
     python docs/diagrams/attribution.py > docs/attribution.svg     (or: make docs)
 
 The numbers are computed here from the example's inputs (the same as in docs/attribution.md),
-so the picture always adds up; tests/test_docs.py checks the committed SVG is this output.
+so the picture always adds up; tests/project/test_docs.py checks the committed SVG is this output.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from exporter.identity import SYSTEM, ContainerRef
-from exporter.readings import TaskKey
+from exporter.model.identity import SYSTEM, ContainerRef
+from exporter.model.readings import TaskKey
 
 K = TypeVar("K", bound=Hashable)
 

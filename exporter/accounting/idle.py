@@ -20,7 +20,8 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from collections.abc import Sequence
-from enum import StrEnum
+
+from exporter.model.health import IdleOrigin
 
 DEFAULT_WINDOW = 720  # intervals: an hour at the default 5 s
 IDLE_UTILIZATION = 0.05  # at most this busy counts as evidence of idleness
@@ -30,12 +31,6 @@ MIN_FIT_SPREAD = 0.3  # utilization range a line fit needs before its intercept 
 # NVIDIA data-centre GPUs idle at about 8-15 % of their power limit in P0 and server CPU packages
 # at 10-30 % of their peak; 5 % stays below both, so the prior never makes load look idle.
 PRIOR_SHARE = 0.05
-
-
-class IdleOrigin(StrEnum):
-    LEARNED = "learned"
-    CONFIGURED = "configured"
-    PRIOR = "prior"
 
 
 def fitted_intercept(samples: Sequence[tuple[float, float]]) -> float | None:
@@ -63,8 +58,14 @@ def fitted_intercept(samples: Sequence[tuple[float, float]]) -> float | None:
 class IdleBaseline:
     """One device's idle power: configured, learned from idleness, or the prior."""
 
-    def __init__(self, fixed_w: float | None = None, window: int = DEFAULT_WINDOW) -> None:
+    def __init__(
+        self,
+        fixed_w: float | None = None,
+        window: int = DEFAULT_WINDOW,
+        fixed_origin: IdleOrigin = IdleOrigin.CONFIGURED,
+    ) -> None:
         self.fixed_w = fixed_w
+        self.fixed_origin = fixed_origin  # what a fixed baseline is: configured, or a model's
         self._samples: deque[tuple[float, float]] = deque(maxlen=window)
         self._idle_powers: deque[float] = deque(maxlen=window)
         self._rated_w: float | None = None
@@ -94,7 +95,7 @@ class IdleBaseline:
 
     def current(self) -> tuple[float, IdleOrigin]:
         if self.fixed_w is not None:
-            return self.fixed_w, IdleOrigin.CONFIGURED
+            return self.fixed_w, self.fixed_origin
         if self._learned is None:
             self._learned = self._learn()
         return self._learned

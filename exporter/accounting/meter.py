@@ -17,7 +17,13 @@ import logging
 import math
 from dataclasses import dataclass, field
 
-from exporter.accounting.idle import IdleBaseline, IdleOrigin
+from exporter.accounting.idle import IdleBaseline
+from exporter.model.health import (
+    IMPLAUSIBLE,
+    RESET,
+    UNREADABLE,
+    MeterHealth,
+)
 
 log = logging.getLogger(__name__)
 
@@ -25,10 +31,6 @@ log = logging.getLogger(__name__)
 MAX_PLAUSIBLE_POWER_W = 5_000.0
 U64_MAX = 2**64 - 1
 
-UNREADABLE = "unreadable"  # the source could not read or parse the device this interval
-IMPLAUSIBLE = "implausible"  # out of range, or a jump the device cannot draw in the time
-RESET = "reset"  # a counter went back without a wrap
-REJECT_REASONS = (UNREADABLE, IMPLAUSIBLE, RESET)
 _SAYS = {UNREADABLE: "unreadable", IMPLAUSIBLE: "implausible reading", RESET: "counter reset"}
 
 COUNTER = "counter"  # energy from a cumulative counter's delta
@@ -60,16 +62,6 @@ class Measured:
     @property
     def energy_j(self) -> float:
         return self.active_j + self.idle_j
-
-
-@dataclass(frozen=True, slots=True)
-class MeterHealth:
-    """What the exposition shows of one meter: read health, rejections, idle baseline."""
-
-    up: bool
-    rejected: tuple[tuple[str, int], ...]  # (reason, count), cumulative
-    idle_w: float
-    idle_origin: IdleOrigin
 
 
 @dataclass

@@ -1,4 +1,14 @@
-"""The loop: every interval read the sources, take deltas, attribute, publish a Snapshot."""
+"""The loop: every interval read the sources, take deltas, attribute, publish a Snapshot.
+
+An interval is a short list of stages, each in a module of its own:
+1. a source round (sourceround.py): every source read once under its deadline, with statuses;
+2. activity (activity.py): CPU seconds and GPU ioctls per task since the last interval;
+3. node zones (nodezones.py): each zone's meter turns readings into active and idle joules;
+4. GPUs (gpu.py, gpu_merge.py): the backends' readings merged, metered and split by process;
+5. attribution (attribution.py): every zone's energy split among tasks and containers;
+6. the ledger (ledger.py, workloads.py): cumulative counters per node zone and workload;
+7. the Snapshot, built from the ledger and published for scrapes.
+"""
 
 from __future__ import annotations
 
@@ -7,87 +17,44 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar, runtime_checkable
 
+from exporter.accounting.activity import Activity, ActivityDeltas
 from exporter.accounting.attribution import (
     ACTIVE,
     IDLE,
+    IntervalAttribution,
     ZoneEnergy,
     attribute,
 )
-from exporter.accounting.deadline import (
-    TIMEOUT,
-    Call,
-    DeadlineReads,
-    InlineReads,
-    Outcome,
-    SourceReads,
-)
-from exporter.accounting.idle import IdleBaseline
+from exporter.accounting.gpu import GpuAccounting, GpuInterval, PidResolver
+from exporter.accounting.gpu_merge import GpuMerge
 from exporter.accounting.ledger import CounterTable
-from exporter.accounting.meter import DeviceSample, ZoneMeter
+from exporter.accounting.nodezones import NodeZones, ZoneJoules, attributable
+from exporter.accounting.sourceround import Round, SourceRound, provided
 from exporter.accounting.workloads import WorkloadLedger, energy_items
-from exporter.accounting.zones import workload_zones
-from exporter.cgroupfs.classify import classify_task
-from exporter.config import IdleAttribution, IdlePower
-from exporter.gpu.accounting import GpuAccounting, PidResolver
-from exporter.gpu.attribution import GpuHolders
-from exporter.gpu.backend import GpuBackend
-from exporter.gpu.merge import GpuMerge
-from exporter.identity import NoNames, WorkloadNames
-from exporter.readings import (
-    CpuTimes,
-    EnergyReading,
-    MapStats,
-    SourceError,
-    SourceStatus,
-    TaskKey,
-    TaskSample,
+from exporter.accounting.zones import ZoneId, ZonePreferences
+from exporter.model.config import IdleAttribution, IdlePower
+from exporter.model.gpu_readings import GpuReadings
+from exporter.model.identity import ContainerRef, NoNames
+from exporter.model.ports import (
+    ActivitySource,
+    CpuTimesSource,
+    DescribesEstimate,
+    GpuBackend,
+    PodIdentity,
+    PowerSource,
+    ReportsMapStats,
 )
-from exporter.registry import REGISTRY
-from exporter.snapshot import (
+from exporter.model.readings import SourceStatus, TaskKey
+from exporter.model.snapshot import (
     EMPTY_SNAPSHOT,
     DeviceHealth,
-    GpuAllocation,
+    EstimateInfo,
     NodeZoneEnergy,
-    PodInfo,
     Snapshot,
 )
-from exporter.sources.estimate import ESTIMATED, CpuPowerModel
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-
-ZoneId = tuple[str, str, str]  # (zone, device, source)
-
-
-class PowerSource(Protocol):
-    name: str
-
-    def read(self) -> Sequence[EnergyReading]: ...
-
-
-class CpuTimesSource(Protocol):
-    def cpu_times(self) -> CpuTimes: ...
-
-
-class ActivitySource(Protocol):
-    name: str
-
-    def tasks(self) -> Sequence[TaskSample]: ...
-
-
-@runtime_checkable
-class ReportsMapStats(Protocol):
-    """An activity source with bounded kernel maps (eBPF) reports their fill and evictions."""
-
-    def map_stats(self) -> Sequence[MapStats]: ...
-
-
-# A source that runs on its own thread (pod metadata, PodResources): each step asks it how it is.
-StatusProvider = Callable[[], Sequence[SourceStatus]]
 
 
 @dataclass(frozen=True)
@@ -95,6 +62,10 @@ class MonitorSettings:
     idle_power: IdlePower = field(default_factory=IdlePower)
     idle_policy: IdleAttribution = IdleAttribution.HOLDERS
     attribution_zones: tuple[str, ...] = ()  # empty: chosen from what is measured
+    # (source label, zone groups) in preference order (Registry.zone_preferences)
+    zone_preferences: ZonePreferences = ()
+    # power sources used only until a measured one reads (Registry.fallback_sources)
+    fallback_sources: frozenset[str] = frozenset()
     with_processes: bool = False
     retention_s: float = 600.0
     # Each source read runs on its own thread and is waited for this long
@@ -102,14 +73,20 @@ class MonitorSettings:
     read_timeout_s: float | None = None
 
 
-@dataclass
-class _Previous:
-    """What the last interval ended with; deltas are taken against it."""
+@dataclass(frozen=True)
+class MonitorParts:
+    """What the monitor reads, built by exporter/app/wiring.py (tests build their own)."""
 
-    time: float
-    cpu: CpuTimes | None = None
-    task_cpu: dict[TaskKey, float] = field(default_factory=dict)
-    task_ioctls: dict[TaskKey, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    cpu: CpuTimesSource
+    activity: ActivitySource
+    power: Sequence[PowerSource] = ()
+    gpus: Sequence[GpuBackend] = ()  # the first is the primary (exporter/accounting/gpu_merge.py)
+    identity: PodIdentity | None = None  # pod names and GPU holders; None: no Kubernetes
+    # GPU processes the task list lacks (per-cgroup tasks): their container from /proc
+    gpu_pids: PidResolver | None = None
+    startup_statuses: Sequence[SourceStatus] = ()  # sources that failed at start-up (eBPF)
+    # where each interval's merged GPU readings go (the PodResources GPU directory)
+    on_gpus: Callable[[GpuReadings], None] | None = None
 
 
 class Monitor:
@@ -117,62 +94,46 @@ class Monitor:
 
     def __init__(
         self,
-        *,
-        cpu: CpuTimesSource,
-        activity: ActivitySource,
-        power_sources: Sequence[PowerSource],
-        cpu_model: Callable[[int], CpuPowerModel] | None,
+        parts: MonitorParts,
         settings: MonitorSettings,
-        names: WorkloadNames | None = None,
+        *,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
-        gpus: GpuBackend | None = None,
-        more_gpus: Sequence[GpuBackend] = (),
-        gpu_holders: GpuHolders | None = None,
-        gpu_pids: PidResolver | None = None,
-        startup_statuses: Sequence[SourceStatus] = (),
-        status_providers: Sequence[StatusProvider] = (),
-        pod_info: Callable[[], Sequence[PodInfo]] | None = None,
-        gpu_allocations: Callable[[], Sequence[GpuAllocation]] | None = None,
     ) -> None:
-        self._cpu = cpu
-        self._activity = activity
-        self._power_sources = list(power_sources)
-        self._cpu_model = cpu_model
         self.settings = settings
-        self._names = names or NoNames()
+        self._parts = parts
+        self._identity = parts.identity
+        self._names = parts.identity.names if parts.identity is not None else NoNames()
         self._clock = clock
         self._wall_clock = wall_clock
-        # sources that failed at start-up (e.g. eBPF in auto mode): shown in every snapshot
-        self._startup_statuses = tuple(startup_statuses)
-        self._status_providers = list(status_providers)
-        self._pod_info = pod_info
-        self._gpu_allocations = gpu_allocations
-
-        self._prev: _Previous | None = None
-        self._meters: dict[ZoneId, ZoneMeter] = {}
-        self._measured_seen = False
         self._sequence = 0
         self._snapshot = EMPTY_SNAPSHOT
 
-        self._node = CounterTable[ZoneId, str]()
-        self._workloads = WorkloadLedger(with_processes=settings.with_processes)
-        # GPUs: read like a power source, accounted per device (exporter/gpu/accounting.py)
-        self._gpus = gpus
-        # other vendors' backends (DRM beside NVML): merged into one reading (exporter/gpu/merge.py)
-        self._more_gpus = tuple(more_gpus) if gpus is not None else ()
+        self._round = SourceRound(
+            cpu=parts.cpu,
+            activity=parts.activity,
+            power=parts.power,
+            gpus=parts.gpus,
+            fallback=settings.fallback_sources,
+            read_timeout_s=settings.read_timeout_s,
+            startup_statuses=parts.startup_statuses,
+            clock=clock,
+        )
+        self._activity = ActivityDeltas()
+        self._zones = NodeZones(
+            settings.idle_power,
+            configured_zones=settings.attribution_zones,
+            preferences=settings.zone_preferences,
+        )
         self._gpu_merge = GpuMerge()
         self._gpu = GpuAccounting(
             idle_power=settings.idle_power,
             idle_policy=settings.idle_policy,
-            holders=gpu_holders,
-            resolve_pids=gpu_pids,
+            holders=parts.identity.gpu_holders if parts.identity is not None else None,
+            resolve_pids=parts.gpu_pids,
         )
-        self._reads: SourceReads = (
-            DeadlineReads(settings.read_timeout_s, clock)
-            if settings.read_timeout_s
-            else InlineReads(clock)
-        )
+        self._node = CounterTable[ZoneId, str]()
+        self._workloads = WorkloadLedger(with_processes=settings.with_processes)
 
     @property
     def snapshot(self) -> Snapshot:
@@ -182,222 +143,82 @@ class Monitor:
 
     def step(self) -> Snapshot:
         now = self._clock()
-        statuses: list[SourceStatus] = []
-        got = self._reads.run(self._calls())
-        cpu = self._take("procfs", got["cpu"], statuses)
-        tasks = self._take(self._activity.name, got["tasks"], statuses)
-        if self._activity.name == "procfs" and len(statuses) == 2:
-            statuses = _merge_statuses(statuses[0], statuses[1])
-        statuses.extend(self._startup_statuses)
-        readings: list[tuple[EnergyReading, float]] = []
-        for i, source in enumerate(self._power_sources):
-            outcome = got[f"power.{i}"]
-            power = self._take(source.name, outcome, statuses)
-            readings.extend((r, outcome.stamp) for r in power or ())
-        if any(not r.fault for r, _ in readings):
-            self._measured_seen = True
-        gpu_reading = None
-        gpu_stamp = now
-        if self._gpus:
-            gpu_reading = self._take(self._gpus.name, got["gpu"], statuses)
-            gpu_stamp = got["gpu"].stamp
-            if self._more_gpus:
-                more = [
-                    self._take(b.name, got[f"gpu.{i}"], statuses)
-                    for i, b in enumerate(self._more_gpus)
-                ]
-                if gpu_reading is None:
-                    gpu_stamp = next(
-                        (got[f"gpu.{i}"].stamp for i, r in enumerate(more) if r is not None), now
-                    )
-                gpu_reading = self._gpu_merge.merge([gpu_reading, *more])
-        for provider in self._status_providers:
-            statuses.extend(_provided(provider, ()))
-
-        prev = self._prev
-        dt = now - prev.time if prev else 0.0
-        usage = _cpu_usage(prev.cpu if prev else None, cpu)
-        task_list = list(tasks or ())
-        cpu_deltas, ioctl_deltas = self._task_deltas(prev, task_list)
-        owner = {t.key: classify_task(t.cgroup, t.kernel_thread) for t in task_list}
-
-        zone_energy = self._zone_deltas(readings, usage)
-        if not self._measured_seen and self._cpu_model is not None and cpu is not None:
-            zone_energy.update(self._estimated_zone(prev, cpu, usage, dt, statuses))
-
-        attributed = self._workload_zones(zone_energy)
-        zones = self._attributable(zone_energy, attributed, cpu_deltas)
-        gpu = self._gpu.interval(
-            gpu_reading,
-            gpu_stamp,
-            tasks=task_list,
-            ioctl_deltas=ioctl_deltas,
-            owner=owner,
+        read = self._round.read()
+        activity = self._activity.interval(now, read.cpu, read.tasks)
+        zone_energy = self._zones.measure(
+            read.readings, activity.usage, self._sequence, unread=dict(read.unread)
         )
+        # zones known from earlier intervals count too, so a zone missing once does not change
+        # which kinds are attributed
+        attributed = self._zones.attributed_kinds(
+            {*zone_energy, *(k for k, _ in self._node.items())}
+        )
+        statuses = list(read.statuses)
+        gpu = self._gpus(now, read, activity)
+        if self._identity is not None:
+            statuses.extend(provided(self._identity.statuses))
         statuses.extend(gpu.statuses)
-        owner = {**owner, **gpu.owner}  # GPU processes with no task get pseudo tasks
-        zones.extend(gpu.zones)
+        owner = {**activity.owner, **gpu.owner}  # GPU processes with no task get pseudo tasks
+        zones = [*self._cpu_zones(zone_energy, attributed, activity), *gpu.zones]
         split = attribute(zones, owner, with_tasks=self.settings.with_processes)
+        self._record(now, zone_energy, activity, split, owner)
+        self._sequence += 1
+        self._snapshot = self._build_snapshot(
+            ready=activity.ready,
+            dt=activity.dt,
+            usage=activity.usage,
+            statuses=statuses,
+            attributed=attributed,
+            estimate=self._estimate_info(read),
+        )
+        return self._snapshot
 
+    def _estimate_info(self, read: Round) -> EstimateInfo | None:
+        """The model behind this round's estimated readings; None when none was counted."""
+        for source in self._parts.power:
+            if isinstance(source, DescribesEstimate) and any(
+                r.source == source.name for r, _ in read.readings
+            ):
+                return source.estimate_info()
+        return None
+
+    def _gpus(self, now: float, read: Round, activity: Activity) -> GpuInterval:
+        reading, stamp = self._gpu_merge.merge_stamped(read.gpus, now)
+        if reading is not None and self._parts.on_gpus is not None:
+            self._parts.on_gpus(reading)
+        return self._gpu.interval(
+            reading,
+            stamp,
+            unread=dict(read.unread),
+            tasks=activity.tasks,
+            ioctl_deltas=activity.ioctl_deltas,
+            owner=activity.owner,
+        )
+
+    def _cpu_zones(
+        self, zone_energy: ZoneJoules, attributed: tuple[str, ...], activity: Activity
+    ) -> list[ZoneEnergy]:
+        idle_weights = (
+            activity.cpu_deltas if self.settings.idle_policy is IdleAttribution.ACTIVITY else None
+        )
+        return attributable(zone_energy, attributed, activity.cpu_deltas, idle_weights)
+
+    def _record(
+        self,
+        now: float,
+        zone_energy: ZoneJoules,
+        activity: Activity,
+        split: IntervalAttribution,
+        owner: Mapping[TaskKey, ContainerRef],
+    ) -> None:
         for zid, (active, idle) in zone_energy.items():
             self._node.add(zid, ACTIVE, active, now)
             self._node.add(zid, IDLE, idle, now)
         # Node zones and GPUs never expire: they are bounded by the hardware, and the workload
         # energy already handed out (retired containers included) must keep adding up to them.
-        self._workloads.add_energy(now, split, task_list, owner)
-        self._workloads.add_activity(now, cpu_deltas, ioctl_deltas, owner)
+        self._workloads.add_energy(now, split, activity.tasks, owner)
+        self._workloads.add_activity(now, activity.cpu_deltas, activity.ioctl_deltas, owner)
         self._workloads.expire(now, self.settings.retention_s)
-
-        # A source that gave nothing this interval keeps its last reading as the baseline, so its
-        # next reading's delta covers the gap once (an empty baseline would count every task's
-        # whole lifetime again).
-        self._prev = _Previous(
-            time=now,
-            cpu=cpu if cpu is not None or prev is None else prev.cpu,
-            task_cpu=(
-                {t.key: t.cpu_seconds for t in task_list}
-                if tasks is not None or prev is None
-                else prev.task_cpu
-            ),
-            task_ioctls=(
-                {t.key: t.gpu_ioctls for t in task_list if t.gpu_ioctls}
-                if tasks is not None or prev is None
-                else prev.task_ioctls
-            ),
-        )
-        self._sequence += 1
-        self._snapshot = self._build_snapshot(
-            ready=prev is not None, dt=dt, usage=usage, statuses=statuses, attributed=attributed
-        )
-        return self._snapshot
-
-    def _calls(self) -> list[Call]:
-        """This interval's source reads; each source's calls share its worker thread."""
-        calls = [
-            Call("cpu", "procfs", self._cpu.cpu_times),
-            Call("tasks", self._activity.name, self._activity.tasks),
-        ]
-        calls += [Call(f"power.{i}", s.name, s.read) for i, s in enumerate(self._power_sources)]
-        if self._gpus:
-            calls.append(Call("gpu", self._gpus.name, self._gpus.read))
-        calls += [Call(f"gpu.{i}", b.name, b.read) for i, b in enumerate(self._more_gpus)]
-        return calls
-
-    def _take(self, name: str, outcome: Outcome[T], statuses: list[SourceStatus]) -> T | None:
-        """A read's value (None if it gave none), its status appended to statuses."""
-        took = outcome.duration_s
-        if outcome.missed:
-            detail = (
-                f"no answer within {self._reads.timeout_s:g}s"
-                if outcome.missed == TIMEOUT
-                else f"the read started earlier has run {took:.3g}s and not returned"
-            )
-            if outcome.value is not None:
-                detail += f"; used the reading that came {outcome.late_by_s:.3g}s late"
-            statuses.append(SourceStatus(name, False, outcome.missed, detail, took))
-            return outcome.value
-        exc = outcome.error
-        if isinstance(exc, SourceError):
-            statuses.append(SourceStatus(name, False, exc.reason, exc.detail, took))
-            return None
-        if exc is not None:  # a source must never take the loop down
-            log.error("source %s failed unexpectedly", name, exc_info=exc)
-            statuses.append(SourceStatus(name, False, "internal error", repr(exc), took))
-            return None
-        statuses.append(SourceStatus(name, True, duration_s=took))
-        return outcome.value
-
-    def _task_deltas(
-        self, prev: _Previous | None, tasks: Sequence[TaskSample]
-    ) -> tuple[dict[TaskKey, float], dict[TaskKey, dict[str, int]]]:
-        """CPU seconds and GPU ioctls per task since the last interval.
-
-        On the first interval everything is a baseline. Later, a task not seen before started
-        during the interval (its key includes its start time), so all its time is new.
-        """
-        if prev is None:
-            return {}, {}
-        cpu: dict[TaskKey, float] = {}
-        ioctls: dict[TaskKey, dict[str, int]] = {}
-        for t in tasks:
-            before = prev.task_cpu.get(t.key, 0.0)
-            delta = t.cpu_seconds - before
-            if delta > 0:
-                cpu[t.key] = delta
-            if t.gpu_ioctls:
-                old = dict(prev.task_ioctls.get(t.key, ()))
-                counts = {d: n - old.get(d, 0) for d, n in t.gpu_ioctls if n > old.get(d, 0)}
-                if counts:
-                    ioctls[t.key] = counts
-        return cpu, ioctls
-
-    def _zone_deltas(
-        self, readings: Sequence[tuple[EnergyReading, float]], usage: float | None
-    ) -> dict[ZoneId, tuple[float, float]]:
-        """(active, idle) joules per measured zone over the interval, through each zone's meter
-        (a zone's first reading, and a rejected one, give nothing)."""
-        out: dict[ZoneId, tuple[float, float]] = {}
-        for reading, stamp in readings:
-            zid = (reading.zone, reading.device, reading.source)
-            meter = self._meters.get(zid)
-            if meter is None:
-                fixed = self.settings.idle_power.for_zone(reading.zone)
-                name = f"{reading.source} {reading.zone} {reading.device}"
-                meter = self._meters[zid] = ZoneMeter(IdleBaseline(fixed_w=fixed), name=name)
-            measured = meter.measure(
-                _device_sample(reading, stamp), interval=self._sequence, utilization=usage
-            )
-            if measured is not None:
-                out[zid] = (measured.active_j, measured.idle_j)
-        return out
-
-    def _estimated_zone(
-        self,
-        prev: _Previous | None,
-        cpu: CpuTimes,
-        usage: float | None,
-        dt: float,
-        statuses: list[SourceStatus],
-    ) -> dict[ZoneId, tuple[float, float]]:
-        assert self._cpu_model is not None
-        model = self._cpu_model(cpu.ncpu)
-        statuses.append(
-            SourceStatus(ESTIMATED, True, detail=f"{model.idle_w:g} W idle, {model.max_w:g} W max")
-        )
-        if prev is None or usage is None:
-            return {}
-        return {("package", "", ESTIMATED): model.energy_j(usage, dt)}
-
-    def _workload_zones(self, zone_energy: Mapping[ZoneId, tuple[float, float]]) -> tuple[str, ...]:
-        """Which zone kinds are split among workloads (exporter/accounting/zones.py)."""
-        return workload_zones(
-            self.settings.attribution_zones,
-            self._node_zone_ids(zone_energy),
-            REGISTRY.zone_preferences,
-        )
-
-    def _node_zone_ids(self, zone_energy: Mapping[ZoneId, tuple[float, float]]) -> list[ZoneId]:
-        # zones known from earlier intervals count too, so a zone missing once does not
-        # change which kinds are attributed
-        return list({*zone_energy, *(k for k, _ in self._node.items())})
-
-    def _attributable(
-        self,
-        zone_energy: Mapping[ZoneId, tuple[float, float]],
-        attributed: Sequence[str],
-        cpu_deltas: Mapping[TaskKey, float],
-    ) -> list[ZoneEnergy]:
-        idle_weights = cpu_deltas if self.settings.idle_policy is IdleAttribution.ACTIVITY else None
-        per_kind: dict[str, list[float]] = {}
-        for (zone, _device, _source), (active, idle) in zone_energy.items():
-            if zone in attributed:
-                acc = per_kind.setdefault(zone, [0.0, 0.0])
-                acc[0] += active
-                acc[1] += idle
-        return [
-            ZoneEnergy(zone, "", active, idle, cpu_deltas, idle_weights)
-            for zone, (active, idle) in sorted(per_kind.items())
-        ]
 
     # -- snapshot -------------------------------------------------------------------------
 
@@ -409,12 +230,16 @@ class Monitor:
         usage: float | None,
         statuses: list[SourceStatus],
         attributed: tuple[str, ...],
+        estimate: EstimateInfo | None = None,
     ) -> Snapshot:
         node = tuple(
             NodeZoneEnergy(zone, device, source, t.get(ACTIVE, 0.0), t.get(IDLE, 0.0))
             for (zone, device, source), t in sorted(self._node.items())
         )
-        maps = self._activity.map_stats() if isinstance(self._activity, ReportsMapStats) else ()
+        activity = self._parts.activity
+        maps = activity.map_stats() if isinstance(activity, ReportsMapStats) else ()
+        identity = self._identity
+        gpus = self._parts.gpus
         return Snapshot(
             sequence=self._sequence,
             timestamp=self._wall_clock(),
@@ -433,25 +258,21 @@ class Monitor:
             ebpf_maps=tuple(maps),
             devices=(
                 *(
-                    DeviceHealth(source, zone, device, meter.health())
-                    for (zone, device, source), meter in sorted(self._meters.items())
+                    DeviceHealth(source, zone, device, health)
+                    for (zone, device, source), health in self._zones.health()
                 ),
-                *(self._gpu.device_health(self._gpus.name) if self._gpus else ()),
+                *(self._gpu.device_health(gpus[0].name) if gpus else ()),
             ),
-            pod_info=tuple(_provided(self._pod_info, ())) if self._pod_info else (),
+            pod_info=tuple(provided(identity.pod_info)) if identity is not None else (),
             gpu_allocations=(
-                tuple(_provided(self._gpu_allocations, ())) if self._gpu_allocations else ()
+                tuple(provided(identity.gpu_allocations)) if identity is not None else ()
             ),
+            estimate=estimate,
         )
 
     def close(self) -> None:
         """Release what sources hold (NVML and its event thread). Call after the loop ended."""
-        if self._gpus is not None:
-            # on its own worker: NVML is used by one thread at a time, and a hung read holds it
-            self._reads.call_on(self._gpus.name, self._gpus.close, timeout_s=5.0)
-        for backend in self._more_gpus:
-            self._reads.call_on(backend.name, backend.close, timeout_s=5.0)
-        self._reads.close()
+        self._round.close()
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -473,48 +294,3 @@ class Monitor:
             if next_at < now:  # overran: skip the missed ticks instead of bunching them
                 next_at = now + interval_s - ((now - next_at) % interval_s)
             stop.wait(next_at - now)
-
-
-def _merge_statuses(cpu: SourceStatus, tasks: SourceStatus) -> list[SourceStatus]:
-    """procfs serves both /proc/stat and the process list: report it once."""
-    if not cpu.up:
-        return [
-            SourceStatus(
-                cpu.source, False, cpu.reason, cpu.detail, cpu.duration_s + tasks.duration_s
-            )
-        ]
-    return [
-        SourceStatus(
-            "procfs", tasks.up, tasks.reason, tasks.detail, cpu.duration_s + tasks.duration_s
-        )
-    ]
-
-
-def _cpu_usage(prev: CpuTimes | None, cur: CpuTimes | None) -> float | None:
-    if prev is None or cur is None:
-        return None
-    busy = cur.busy_s - prev.busy_s
-    total = busy + (cur.idle_s - prev.idle_s)
-    if total <= 0 or busy < 0:
-        return None
-    return min(busy / total, 1.0)
-
-
-def _device_sample(reading: EnergyReading, stamp: float) -> DeviceSample:
-    return DeviceSample(
-        stamp=stamp,
-        energy_uj=reading.energy_uj,
-        max_energy_uj=reading.max_energy_uj,
-        power_w=reading.power_w,
-        max_power_w=reading.max_power_w,
-        fault=reading.fault,
-    )
-
-
-def _provided(fn: Callable[[], Sequence[T]], default: Sequence[T]) -> Sequence[T]:
-    """What a background source's accessor returns; its failure must not fail the interval."""
-    try:
-        return fn()
-    except Exception:
-        log.exception("background source accessor %r failed", fn)
-        return default

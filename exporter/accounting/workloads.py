@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from exporter.accounting.attribution import UNATTRIBUTED_TASK, EnergyKey, IntervalAttribution
 from exporter.accounting.ledger import CounterTable, add_into
-from exporter.identity import SYSTEM, ContainerRef
-from exporter.readings import TaskKey, TaskSample
-from exporter.snapshot import ContainerCounters, Energy, PodCounters, ProcessCounters
+from exporter.model.identity import SYSTEM, ContainerRef
+from exporter.model.readings import TaskKey, TaskSample
+from exporter.model.snapshot import ContainerCounters, Energy, PodCounters, ProcessCounters
 
 ContainerNames = Callable[[ContainerRef], tuple[str, str, str]]  # (namespace, pod, container)
 PodNames = Callable[[str], tuple[str, str]]  # pod uid -> (namespace, pod)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from exporter.sourcespec import ALL_ZONES
+from exporter.model.spec import ALL_ZONES
 
 # (zone kind, device, source label), as the monitor keys node zones
 ZoneId = tuple[str, str, str]

@@ -1,1 +1,1 @@
-"""Things wattprobe reads. Each module returns plain typed readings (exporter.readings)."""
+"""Things wattprobe reads. Each module returns plain typed readings (exporter.model.readings)."""

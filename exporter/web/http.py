@@ -14,7 +14,7 @@ serves three GET paths, so it needs very little of HTTP and can be strict about 
   connection is closed, so body bytes can never be taken for a next request;
 - error responses carry fixed text only, never anything the client sent.
 
-This module parses and renders; exporter/server.py does the I/O and keeps the deadlines, on an
+This module parses and renders; exporter/web/server.py does the I/O and keeps the deadlines, on an
 event loop. HeadReader looks at each received byte once, so a head trickled a byte at a time
 costs what the same head in one piece costs.
 """
@@ -26,7 +26,7 @@ import http
 import re
 from dataclasses import dataclass, field
 
-from exporter.config import HttpLimits
+from exporter.model.config import HttpLimits
 
 MAX_HEADERS = 100
 

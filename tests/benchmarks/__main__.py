@@ -45,6 +45,7 @@ from tests.benchmarks import (
     edge_latency,
     edge_queue,
     fleet_bench,
+    node_cost,
     plugins,
     receivers,
     report,
@@ -70,6 +71,7 @@ ALL = (
     "edge-queue",
     "edge-soak",
     "fleet-vm",
+    "node-cost",
 )
 
 NOTES = """\
@@ -112,6 +114,7 @@ def _sections(args: argparse.Namespace, ctx: Context, log_dir: Path) -> list[Sec
         "edge-queue": lambda: [edge_queue.run_queue(log_dir, args.edge_queue_seconds)],
         "edge-soak": lambda: [edge_queue.run_soak(log_dir, args.edge_soak_outage)],
         "fleet-vm": lambda: [receivers.run(log_dir)],
+        "node-cost": lambda: [node_cost.run(ctx, args.node_cost_seconds, log_dir)],
         "fleet": lambda: [
             fleet_bench.run(fleet_bench.Options(nodes=args.fleet_nodes, window_s=args.fleet_window))
         ],
@@ -161,6 +164,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=60.0,
         help="each window of the targets benchmark (idle and scraped at 5,000 processes, then "
         "1,000 and 20,000)",
+    )
+    parser.add_argument(
+        "--node-cost-seconds", type=float, default=60.0, help="each level's window (node-cost)"
     )
     parser.add_argument("--requests", type=int, default=300, help="per scraper and target")
     parser.add_argument("--scrape-rounds", type=int, default=4)

@@ -1,6 +1,7 @@
 """Serving under attack (issue 19): `wattprobe serve` and Debian's prometheus-node-exporter, one
 after the other, on the synthetic node, each under the same loopback attack from a process of
-its own (tests/attack.py): 2,000 connections trickling a request head one byte every 3 s, 100
+its own (tests/support/attack.py): 2,000 connections trickling a request head one byte every 3 s,
+100
 connections pipelining /metrics with a 4 KiB receive window and never reading, and a flood that
 takes the open connections past wattprobe's --web.max-connections (4,096 by default) and
 reconnects every 0.2 s when refused or cut off.
@@ -21,7 +22,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.attack import Scrape, rss_mib
 from tests.benchmarks.common import (
     REPO,
     Context,
@@ -34,6 +34,7 @@ from tests.benchmarks.common import (
 )
 from tests.benchmarks.servers import Advancer, node_exporter, wattprobe
 from tests.benchmarks.synthetic import HostShape
+from tests.support.attack import Scrape, rss_mib
 
 COMMAND = "python -m tests.benchmarks --only attack"
 INTERVAL_S = 5.0
@@ -75,7 +76,16 @@ def _answered(scrapes: list[Scrape]) -> str:
 
 def _scraper(how: str, port: int, seconds: float, gap_s: float) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.attack", "scrape", how, str(port), str(seconds), str(gap_s)],
+        [
+            sys.executable,
+            "-m",
+            "tests.support.attack",
+            "scrape",
+            how,
+            str(port),
+            str(seconds),
+            str(gap_s),
+        ],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -110,7 +120,7 @@ def attack_one(name: str, port: int, pid: int, seconds: float) -> Outcome:
         [
             sys.executable,
             "-m",
-            "tests.attack",
+            "tests.support.attack",
             str(port),
             str(seconds),
             *("--trickle", str(TRICKLE), "--trickle-gap", str(TRICKLE_GAP_S)),

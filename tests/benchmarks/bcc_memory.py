@@ -1,5 +1,5 @@
 """Resident memory with and without eBPF, with the compile in the exporter's process or in a
-short-lived child (exporter/sources/ebpf/child.py).
+short-lived child (exporter/sources/activity/ebpf/child.py).
 
 Each variant runs in a fresh process (`python -m tests.benchmarks.bcc_memory VARIANT`) that
 imports what `wattprobe serve` imports, steps a Monitor on this machine's /proc three times,
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.benchmarks.common import REPO, Figure, Section, machine_load, read_proc_memory_mib
-from tests.realparts import require_root
-from tests.running import start_exporter
+from tests.support.realparts import require_root
+from tests.support.running import start_exporter
 
 COMMAND = "python -m tests.benchmarks --only memory"
 VARIANTS = ("procfs", "in-process", "child")
@@ -41,13 +41,13 @@ def _self_memory() -> dict[str, float]:
 
 def variant(name: str) -> dict[str, float]:
     """Runs in the measuring child process."""
-    import exporter.cli  # noqa: F401, PLC0415 (everything serve imports)
-    from exporter.cgroupfs.ids import CgroupIdIndex, find_v2_root  # noqa: PLC0415
-    from exporter.config import ActivitySource, Config, PodSource  # noqa: PLC0415
-    from exporter.sources.ebpf.child import load_in_child  # noqa: PLC0415
-    from exporter.sources.ebpf.load import load  # noqa: PLC0415
-    from exporter.sources.ebpf.source import EbpfSource  # noqa: PLC0415
-    from exporter.wiring import build_monitor  # noqa: PLC0415
+    import exporter.app.cli  # noqa: F401, PLC0415 (everything serve imports)
+    from exporter.app.wiring import build_monitor  # noqa: PLC0415
+    from exporter.host.cgroupfs.ids import CgroupIdIndex, find_v2_root  # noqa: PLC0415
+    from exporter.model.config import ActivitySource, Config, PodSource  # noqa: PLC0415
+    from exporter.sources.activity.ebpf.child import load_in_child  # noqa: PLC0415
+    from exporter.sources.activity.ebpf.load import load  # noqa: PLC0415
+    from exporter.sources.activity.ebpf.source import EbpfSource  # noqa: PLC0415
 
     monitor = build_monitor(
         Config(activity_source=ActivitySource.PROCFS, pod_source=PodSource.NONE)

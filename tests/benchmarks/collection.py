@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from exporter.accounting.monitor import Monitor
-from exporter.config import ActivitySource, Config, PodSource
-from exporter.runtime import tune_for_serving
-from exporter.wiring import build_monitor
+from exporter.app.runtime import tune_for_serving
+from exporter.app.wiring import build_monitor
+from exporter.model.config import ActivitySource, Config, PodSource
 from tests.benchmarks.common import Context, Figure, Section, config_for, machine_load, median
 from tests.benchmarks.livenode import sleepers
 from tests.benchmarks.synthetic import HostShape, SyntheticHost
@@ -251,7 +251,7 @@ def run(ctx: Context, scales: tuple[int, ...], rounds: int, live: int) -> Sectio
         )
     section.details = "\n".join(rows)
     section.method = (
-        f"`Monitor.step()` built by `exporter.wiring.build_monitor` (default collectors: RAPL, "
+        f"`Monitor.step()` built by `exporter.app.wiring.build_monitor` (default collectors: RAPL, "
         f"hwmon, NVML on the fake library with 8 GPUs; /proc activity), on synthetic hosts of "
         f"{', '.join(f'{n:,}' for n in scales)} processes in {HostShape.pods} pods x "
         f"{HostShape.containers} containers (+ pause). CPU time of the whole process during "

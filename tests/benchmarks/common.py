@@ -13,10 +13,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exporter.config import ActivitySource, Config, PodSource
+from exporter.model.config import ActivitySource, Config, PodSource
 from tests.benchmarks.synthetic import HostShape, SyntheticHost
-from tests.nvml.build import EVENT_POLL_ENV, LIBRARY, SCENARIO_ENV, build_fake_nvml
-from tests.realparts import require_binary
+from tests.sources.gpu.nvml.build import EVENT_POLL_ENV, LIBRARY, SCENARIO_ENV, build_fake_nvml
+from tests.support.realparts import require_binary
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_EVENT_POLL_MS = 3_600_000  # longer than any wait of the exporter's XID watcher

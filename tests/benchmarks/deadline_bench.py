@@ -27,12 +27,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from exporter.accounting.deadline import Call, DeadlineReads, InlineReads, SourceReads
-from exporter.accounting.monitor import Monitor, MonitorSettings
-from exporter.sources.hwmon import HwmonSource
-from exporter.sources.procfs.source import ProcfsSource
-from exporter.sources.rapl import RaplSource
-from tests.conftest import FIXTURES
-from tests.fixturehost import FixtureHost
+from exporter.accounting.monitor import Monitor, MonitorParts
+from exporter.sources.activity.procfs.source import ProcfsSource
+from exporter.sources.power.hwmon import HwmonSource
+from exporter.sources.power.rapl import RaplSource
+from tests.support.fixturehost import FixtureHost
+from tests.support.monitor import monitor_settings
+from tests.support.paths import FIXTURES
 
 BATCH = 50
 INTERVAL_S = 5.0
@@ -71,11 +72,10 @@ def handoff(reads: SourceReads, steps: int) -> tuple[list[float], list[float]]:
 def monitor(host: FixtureHost, timeout_s: float | None) -> Monitor:
     procfs = ProcfsSource(host.procfs)
     return Monitor(
-        cpu=procfs,
-        activity=procfs,
-        power_sources=[RaplSource(host.sysfs), HwmonSource(host.sysfs)],
-        cpu_model=None,
-        settings=MonitorSettings(read_timeout_s=timeout_s),
+        MonitorParts(
+            cpu=procfs, activity=procfs, power=[RaplSource(host.sysfs), HwmonSource(host.sysfs)]
+        ),
+        monitor_settings(read_timeout_s=timeout_s),
     )
 
 

@@ -7,7 +7,8 @@
 The synthetic node (tests/benchmarks/synthetic.py: 5,000 processes, 110 pods, 1 % churn per
 interval) gets an fd directory per process in the kernel's layout (stdin/out/err on /dev/null, a
 socket and a pipe each; kernel threads have none), an AMD RDNA3 card and an Intel xe card in
-sysfs (tests/drmhost.py), and GPU_PROCESSES processes with clients on them whose fdinfo moves
+sysfs (tests/support/drmhost.py), and GPU_PROCESSES processes with clients on them whose fdinfo
+moves
 every interval. DrmSource.read() is timed per interval, after the first read, with the
 incremental scan (the default: DRM holders, new PIDs and a rotating tenth of the rest) and with a
 full walk of every process (recheck_every=1) for comparison. CPU time of this thread, so waiting
@@ -24,10 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from exporter.sources.drm.clients import RECHECK_EVERY
-from exporter.sources.drm.source import DrmSource
+from exporter.sources.gpu.drm.clients import RECHECK_EVERY
+from exporter.sources.gpu.drm.source import DrmSource
 from tests.benchmarks.synthetic import HostShape, SyntheticHost
-from tests.drmhost import ARC, RDNA3, amdgpu_fdinfo, write_card, write_fd, xe_fdinfo
+from tests.support.drmhost import ARC, RDNA3, amdgpu_fdinfo, write_card, write_fd, xe_fdinfo
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "benchmarks-drm.md"
@@ -125,11 +126,12 @@ def _doc(processes: int, table: list[str]) -> str:
     load = os.getloadavg()[0]
     return f"""# Benchmark: DRM GPU backend cost per interval
 
-What `DrmSource.read()` (exporter/sources/drm/source.py) costs per interval on the synthetic node
+What `DrmSource.read()` (exporter/sources/gpu/drm/source.py) costs per interval on the synthetic
+node
 (tests/benchmarks/synthetic.py) with {processes:,} processes, 110 pods and 1 % of the container
 processes replaced every interval. Each process has an fd directory in the kernel's layout (five
 fds: /dev/null x3, a socket, a pipe; kernel threads none); {GPU_PROCESSES} processes also hold a
-DRM client on an AMD RDNA3 or an Intel xe card (tests/drmhost.py), whose fdinfo moves every
+DRM client on an AMD RDNA3 or an Intel xe card (tests/support/drmhost.py), whose fdinfo moves every
 interval. Median and max over {INTERVALS} intervals after the first read; CPU time of the reading
 thread, on tmpfs.
 
@@ -137,7 +139,8 @@ Rerun: `python -m tests.benchmarks.drm_bench --write` (`--processes N` for anoth
 
 {chr(10).join(table)}
 
-- The incremental scan (exporter/sources/drm/clients.py) lists the fds of the processes that held
+- The incremental scan (exporter/sources/gpu/drm/clients.py) lists the fds of the processes that
+held
   a DRM fd at the last read, of new PIDs, and of a rotating 1/{RECHECK_EVERY} of the others; only
   fds that link to /dev/dri/ have their fdinfo read. The full walk is what a scan without that
   cache would cost. The first read walks everything either way.

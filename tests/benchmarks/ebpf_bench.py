@@ -17,7 +17,8 @@ Measures, and prints as a Markdown table:
   (kernel.bpf_stats_enabled, run_time_ns / run_cnt in the program's fdinfo), with separate
   figures for ioctls the program filters out by type, 'F' ioctls on a file that is no NVIDIA
   device (/dev/null: the program looks the fd's device up and lets it go) and 'F' ioctls on an
-  NVIDIA device node (mknod'd, tests/gpunodes.py: counted), and the same for empty programs on
+  NVIDIA device node (mknod'd, tests/support/gpunodes.py: counted), and the same for empty programs
+  on
   the same hooks: what the statistics and the call itself cost;
 - the exporter's resident memory after start-up with the eBPF source and with procfs, and what
   one interval's read of each source costs (wattprobe_collect_duration_seconds);
@@ -47,10 +48,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exporter.cgroupfs.ids import find_v2_root
-from exporter.sources.ebpf.load import RAW, SCHED_SWITCH, Loaded, bcc_environment, load
-from tests.gpunodes import make_gpu_nodes
-from tests.running import parse_samples, select, start_exporter
+from exporter.host.cgroupfs.ids import find_v2_root
+from exporter.sources.activity.ebpf.load import RAW, SCHED_SWITCH, Loaded, bcc_environment, load
+from tests.support.gpunodes import make_gpu_nodes
+from tests.support.running import parse_samples, select, start_exporter
 
 HERE = Path(__file__).resolve().parent
 RAW_SWITCH_FN = "raw_tracepoint__sched_switch"
@@ -531,7 +532,7 @@ def userspace_cost(
     the benchmark node: `processes` processes in all, the added ones in 110 pods x 3 containers
     of real cgroup v2 directories, each waking about once per interval. Both sources are loaded
     at once and read in alternating order every interval."""
-    from exporter.sources.ebpf.source import EbpfSource  # noqa: PLC0415
+    from exporter.sources.activity.ebpf.source import EbpfSource  # noqa: PLC0415
     from tests.benchmarks.livenode import kube_pods, processes_now, sleepers  # noqa: PLC0415
 
     proc, cgroupfs = Path("/proc"), Path("/sys/fs/cgroup")

@@ -10,8 +10,8 @@ of 2 containers, on 4 CPUs, RAPL and hwmon from the fixture tree, no GPU: this m
 /proc is not small while other jobs run thousands of processes on it. The agent runs as the
 edge DaemonSet runs it (default interval, /proc activity there; pods from the tree's cgroups),
 the forwarder is Debian's vmagent 1.79 with overlays/kubeedge's flags and scrape.yml (scraping
-it every second, tests/edgeforwarder.py) remote-writing to a local Prometheus receiver. The eBPF
-child's peak is measured on this machine's /proc with
+it every second, tests/support/edgeforwarder.py) remote-writing to a local Prometheus
+receiver. The eBPF child's peak is measured on this machine's /proc with
 `wattprobe serve --activity-source ebpf`: its children are polled while the probes compile.
 """
 
@@ -39,10 +39,10 @@ from tests.benchmarks.common import (
 )
 from tests.benchmarks.servers import Advancer, wattprobe
 from tests.benchmarks.synthetic import HostShape
-from tests.edgeforwarder import shipped_forwarder, start_forwarder, start_receiver
-from tests.fleet import own_metrics
-from tests.realparts import require_root
-from tests.running import start_exporter
+from tests.support.edgeforwarder import shipped_forwarder, start_forwarder, start_receiver
+from tests.support.fleet import own_metrics
+from tests.support.realparts import require_root
+from tests.support.running import start_exporter
 
 log = logging.getLogger("tests.benchmarks.edge_footprint")
 

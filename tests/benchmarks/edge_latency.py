@@ -1,7 +1,7 @@
 """Edge forwarding: how late a sample is queryable in the cloud, and what the WAL costs.
 
 `wattprobe serve --interval 1s` on a small synthetic edge node, the forwarder exactly as
-overlays/kubeedge ships it (tests/edgeforwarder.py: Debian's prometheus in agent mode, only
+overlays/kubeedge ships it (tests/support/edgeforwarder.py: Debian's prometheus in agent mode, only
 targets, URL and paths rewritten to this machine), and a Prometheus remote-write receiver, all on
 loopback. Every 50 ms the receiver is asked for the samples of
 `wattprobe_last_interval_timestamp_seconds` of the last 10 s; the first time a value shows up,
@@ -35,7 +35,7 @@ from tests.benchmarks.common import (
 )
 from tests.benchmarks.servers import Advancer, wattprobe
 from tests.benchmarks.synthetic import HostShape
-from tests.edgeforwarder import (
+from tests.support.edgeforwarder import (
     Forwarder,
     Receiver,
     shipped_forwarder,

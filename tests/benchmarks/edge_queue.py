@@ -2,12 +2,12 @@
 bound, and a 10-minute receiver outage with restarts (the issue's case; the suite runs 60 s).
 
 - growth: vmagent as overlays/kubeedge ships it scraping one synthetic 110-pod node every
-  second (tests/fleet.py NodeServer: a CPU node, then a node with 8 GPUs) with its receiver down;
-  the queue's bytes (vm_persistentqueue_bytes_pending) over the window, and the hours the
-  shipped -remoteWrite.maxDiskUsagePerURL holds at that rate.
+  second (tests/support/fleet.py NodeServer: a CPU node, then a node with 8 GPUs) with its
+  receiver down; the queue's bytes (vm_persistentqueue_bytes_pending) over the window, and
+  the hours the shipped -remoteWrite.maxDiskUsagePerURL holds at that rate.
 - past the bound: the same with a 1 MB bound: what vm_persistentqueue_bytes_dropped_total says
   and which part of the outage reaches the receiver when it returns.
-- soak: tests/edgedelivery.py's checks (every interval wattprobe counted arrives) through a
+- soak: tests/support/edgedelivery.py's checks (every interval wattprobe counted arrives) through a
   600 s receiver outage with a SIGTERM and a SIGKILL of the forwarder in it.
 
     python -m tests.benchmarks --only edge-queue edge-soak
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.benchmarks.common import Figure, Section, read_proc_memory_mib
-from tests.edgedelivery import Stack, check_delivery, received_points, scrape_seen, settle
-from tests.edgeforwarder import (
+from tests.support.edgedelivery import Stack, check_delivery, received_points, scrape_seen, settle
+from tests.support.edgeforwarder import (
     Forwarder,
     flag_value,
     parse_size,
@@ -33,9 +33,9 @@ from tests.edgeforwarder import (
     start_receiver,
     wait_until,
 )
-from tests.fixturehost import FixtureHost
-from tests.fleet import Fleet, NodeServer
-from tests.running import free_port, stop_process
+from tests.support.fixturehost import FixtureHost
+from tests.support.fleet import Fleet, NodeServer
+from tests.support.running import free_port, stop_process
 
 QUEUE_COMMAND = "python -m tests.benchmarks --only edge-queue"
 SOAK_COMMAND = "python -m tests.benchmarks --only edge-soak"
@@ -163,7 +163,7 @@ def run_queue(workdir: Path, seconds: float) -> Section:
     )
     method = (
         "vmagent (Debian 12's 1.79.5) with overlays/kubeedge's flags and scrape.yml, scraping "
-        "tests/fleet.py's synthetic 110-pod node served over HTTP every second, its "
+        "tests/support/fleet.py's synthetic 110-pod node served over HTTP every second, its "
         "-remoteWrite.url a closed loopback port (the receiver down). Growth: "
         f"vm_persistentqueue_bytes_pending over {seconds:.0f} s after 10 s of warm-up. Past "
         f"the bound: -remoteWrite.maxDiskUsagePerURL={TINY_BOUND}, a real Prometheus receiver "
@@ -221,10 +221,11 @@ def run_soak(workdir: Path, outage_s: float) -> Section:
         )
     ]
     method = (
-        "tests/edgedelivery.py's scenario at full length: `wattprobe serve --interval "
+        "tests/support/edgedelivery.py's scenario at full length: `wattprobe serve --interval "
         "5s` on the fixture tree, vmagent as overlays/kubeedge ships it, Debian's prometheus as "
         f"the receiver, stopped for {outage_s:.0f} s; the checks are the suite's "
-        "(tests/test_edge_vmagent.py runs the same with a 60 s outage): every interval count "
+        "(tests/monitoring/test_edge_vmagent.py runs the same with a 60 s outage): every "
+        "interval count "
         "the agent showed while a forwarder ran is at the receiver, once, in order, and "
         "increase() over the run is exact."
     )

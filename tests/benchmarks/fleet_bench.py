@@ -1,4 +1,4 @@
-"""Fleet scale on a real Prometheus (tests/fleet.py): a synthetic fleet of edge nodes in
+"""Fleet scale on a real Prometheus (tests/support/fleet.py): a synthetic fleet of edge nodes in
 wattprobe's exposition shape remote-written into a receiver that evaluates the shipped rules;
 every dashboard query timed; the receiver's memory per series; the bytes a real Prometheus agent
 sends per sample of one node; and from those the sizing of a 2,000-node fleet.
@@ -21,7 +21,7 @@ from pathlib import Path
 from alerts.generate import RULES_FILE
 from tests.benchmarks import report
 from tests.benchmarks.common import Figure, Section, machine_load
-from tests.fleet import (
+from tests.support.fleet import (
     Fleet,
     Loaded,
     NodeServer,
@@ -35,7 +35,7 @@ from tests.fleet import (
     start_receiver,
     time_query,
 )
-from tests.realparts import require_binary
+from tests.support.realparts import require_binary
 
 log = logging.getLogger("tests.benchmarks.fleet")
 
@@ -263,8 +263,8 @@ def run(opts: Options) -> Section:
             f"| {name} | {'yes' if t.query.pre_aggregated else 'no'} | {cell} | {t.series} |"
         )
     method = (
-        "tests/fleet.py builds each node from a real wattprobe exposition (the golden fixture "
-        "host; a scrape of the fixture host with the fake NVML's 8 x H100 for every fourth "
+        "tests/support/fleet.py builds each node from a real wattprobe exposition (the golden "
+        "fixture host; a scrape of the fixture host with the fake NVML's 8 x H100 for every fourth "
         "node), with 110 pods of 3 containers each, and remote-writes it into Debian's "
         "Prometheus 2.42 (receiver, 127.0.0.1) in time order: the raw series and the recording "
         "rules' history, then the shipped rules (alerts/wattprobe.rules.yml) are loaded and "

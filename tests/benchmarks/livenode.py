@@ -5,7 +5,8 @@ show: the real /proc (the kernel formats every stat file it is asked for) and th
 - sleepers(): N processes of tests/benchmarks/sleepers.c, optionally waking every few seconds
   to run briefly, each placed into one of the given cgroups;
 - live_node(): 110 pods x 3 containers as real cgroup v2 directories laid out like kubelet's
-  (systemd driver, containerd; tests/kubecgroups.py has one container per pod, this has pods),
+  (systemd driver, containerd; tests/support/kubecgroups.py has one container per pod, this has
+  pods),
   the sleepers spread over them with a tenth left outside as host processes, and the 8 x H100
   fake NVML scenario naming nine of them as GPU processes.
 
@@ -27,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.benchmarks.synthetic import HostShape, gpu_scenario
-from tests.kubecgroups import empty_and_remove, v2_root
-from tests.realparts import require_binary
+from tests.support.kubecgroups import empty_and_remove, v2_root
+from tests.support.realparts import require_binary
 
 QOS = ("guaranteed", "burstable", "besteffort")
 HOST_SHARE = 0.1  # of the added processes, left in the benchmark's own cgroup

@@ -4,7 +4,8 @@
     python -m tests.benchmarks.nvml_bench --write    # and rewrite docs/benchmarks-nvml.md
 
 Runs the real NvmlSource (real pynvml binding) against the fake libnvidia-ml.so.1 built from
-tests/nvml/fake_nvml.c, on the 8 x H100 scenario. The fake answers from memory, so the figures
+tests/sources/gpu/nvml/fake_nvml.c, on the 8 x H100 scenario. The fake answers from memory, so the
+figures
 are wattprobe's own cost (Python, ctypes, pynvml) per interval; a real driver adds its own time
 per NVML call (an ioctl each), which only a real GPU can measure.
 """
@@ -23,16 +24,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from exporter.accounting.attribution import attribute
-from exporter.cgroupfs.classify import classify_task
-from exporter.config import IdleAttribution, IdlePower
-from exporter.gpu.accounting import GpuAccounting
-from exporter.gpu.collect import gpu_families
-from exporter.readings import TaskSample
-from exporter.snapshot import EMPTY_SNAPSHOT
-from exporter.sources.nvml.source import NvmlSource
-from tests.nvml.build import LIBRARY, SCENARIO_ENV, build_fake_nvml
-from tests.nvml.pods import H100_PODS
-from tests.nvml.scenario import Scenario
+from exporter.accounting.gpu import GpuAccounting
+from exporter.exposition.gpu import gpu_families
+from exporter.host.cgroupfs.classify import classify_task
+from exporter.model.config import IdleAttribution, IdlePower
+from exporter.model.readings import TaskSample
+from exporter.model.snapshot import EMPTY_SNAPSHOT
+from exporter.sources.gpu.nvml.source import NvmlSource
+from tests.sources.gpu.nvml.build import LIBRARY, SCENARIO_ENV, build_fake_nvml
+from tests.sources.gpu.nvml.pods import H100_PODS
+from tests.sources.gpu.nvml.scenario import Scenario
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "benchmarks-nvml.md"

@@ -29,10 +29,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from exporter.cgroupfs.ids import find_v2_root
-from exporter.config import ActivitySource, Config, PodSource
-from exporter.sources.procfs.source import ProcfsSource
-from exporter.wiring import build_monitor
+from exporter.app.wiring import build_monitor
+from exporter.host.cgroupfs.ids import find_v2_root
+from exporter.model.config import ActivitySource, Config, PodSource
+from exporter.sources.activity.procfs.source import ProcfsSource
 from tests.benchmarks.synthetic import HostShape, SyntheticHost
 
 V2_LAYOUTS = ("systemd-containerd", "systemd-crio", "systemd-docker")

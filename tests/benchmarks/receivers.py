@@ -2,7 +2,7 @@
 
     python -m tests.benchmarks --only fleet-vm
 
-- memory per series: Debian's victoria-metrics (single node) receiving tests/fleet.py's
+- memory per series: Debian's victoria-metrics (single node) receiving tests/support/fleet.py's
   synthetic edge nodes by remote write (1 s samples, the forwarder's rate); RSS growth per
   series, beside the Prometheus figure of the fleet section.
 - sharding: the shipped vmagent scraping several synthetic nodes and writing to two
@@ -24,10 +24,10 @@ from pathlib import Path
 import yaml
 
 from tests.benchmarks.common import Figure, Section, read_proc_memory_mib
-from tests.fleet import Fleet, NodeServer, remote_write, timestamps
-from tests.monitoringstack import Daemon, spawn_daemon
-from tests.realparts import require_binary
-from tests.running import free_port
+from tests.support.fleet import Fleet, NodeServer, remote_write, timestamps
+from tests.support.monitoringstack import Daemon, spawn_daemon
+from tests.support.realparts import require_binary
+from tests.support.running import free_port
 
 COMMAND = "python -m tests.benchmarks --only fleet-vm"
 
@@ -210,7 +210,8 @@ def run(workdir: Path, nodes: int = 20, seconds: int = 120) -> Section:
         ),
     ]
     method = (
-        "Debian 12's victoria-metrics and vmagent (1.79.5) on loopback. Memory: tests/fleet.py's "
+        "Debian 12's victoria-metrics and vmagent (1.79.5) on loopback. Memory: "
+        "tests/support/fleet.py's "
         "synthetic nodes remote-written with 1 s samples into an empty single node; RSS after "
         "ingest minus RSS before, over /api/v1/series/count. Sharding: one NodeServer per "
         "synthetic node scraped every second by one vmagent with three -remoteWrite.url: two "

@@ -17,8 +17,8 @@ from pathlib import Path
 from tests.benchmarks.common import REPO
 from tests.benchmarks.scraper import Request
 from tests.benchmarks.synthetic import SyntheticHost
-from tests.realparts import require_binary
-from tests.running import ExporterProcess, free_port, start_exporter
+from tests.support.realparts import require_binary
+from tests.support.running import ExporterProcess, free_port, start_exporter
 
 NODE_EXPORTER = "prometheus-node-exporter"
 

@@ -39,7 +39,7 @@ from tests.benchmarks.livenode import live_node
 from tests.benchmarks.scraper import Request
 from tests.benchmarks.servers import Advancer, fetch, node_exporter, run_scrapers, wattprobe
 from tests.benchmarks.synthetic import HostShape
-from tests.running import ExporterProcess, parse_samples
+from tests.support.running import ExporterProcess, parse_samples
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,8 @@
     python -m tests.benchmarks.soak                      # 10,000 cycles over 600 s
     python -m tests.benchmarks.soak --duration 3600 --cycles 60000
 
-What it does and measures: tests/soak.py. The figures are in docs/benchmarks-soak.md. Exits 1
+What it does and measures: tests/support/soak.py. The figures are in docs/benchmarks-soak.md. Exits
+1
 when a pass criterion fails (a scrape error, a counter back, a container never seen, series not
 back to the baseline, RSS growth of 10 % or more).
 """
@@ -16,9 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.conftest import FIXTURES
-from tests.fixturehost import FixtureHost
-from tests.soak import SoakOptions, soak
+from tests.support.fixturehost import FixtureHost
+from tests.support.paths import FIXTURES
+from tests.support.soak import SoakOptions, soak
 
 
 def main() -> None:

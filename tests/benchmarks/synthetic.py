@@ -8,7 +8,7 @@ advance() between intervals, so the exporter sees moving counters, exiting and s
 processes, and does the work it would do on a real node.
 
 What is in it (every file in the kernel's own format, as in tests/fixtures):
-- /proc/<pid>/stat (tests.fixturehost.stat_line) and /proc/<pid>/cgroup for every process;
+- /proc/<pid>/stat (tests.support.fixturehost.stat_line) and /proc/<pid>/cgroup for every process;
   /proc/stat with one line per CPU. Kernel threads (PF_KTHREAD, cgroup "0::/"), host services
   under system.slice, and per pod a pause (sandbox) process plus the processes of its app
   containers.
@@ -34,11 +34,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.fixturehost import FixtureHost, stat_line, write_atomic
-from tests.nvml.scenario import Scenario
-from tests.nvml.scenario import parse as parse_scenario
+from tests.sources.gpu.nvml.scenario import Scenario
+from tests.sources.gpu.nvml.scenario import parse as parse_scenario
+from tests.support.fixturehost import FixtureHost, stat_line, write_atomic
+from tests.support.paths import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 NVML_FIXTURE = FIXTURES / "nvml" / "h100x8-timesliced.nvml"
 
 USER_FLAGS = 0x400100  # PF_RANDOMIZE | PF_FORKNOEXEC, as a normal process shows
@@ -543,7 +543,8 @@ def main() -> None:
     print(host.summary())
     print(
         f"WATTPROBE_FAKE_NVML_SCENARIO={host.scenario_path} "
-        f"LD_LIBRARY_PATH=<python -m tests.nvml.build DIR> wattprobe serve {' '.join(host.args())}"
+        "LD_LIBRARY_PATH=<python -m tests.sources.gpu.nvml.build DIR> "
+        f"wattprobe serve {' '.join(host.args())}"
     )
 
 

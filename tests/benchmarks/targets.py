@@ -39,7 +39,7 @@ from tests.benchmarks.common import (
 from tests.benchmarks.livenode import live_node, processes_now
 from tests.benchmarks.servers import fetch, node_exporter, wattprobe
 from tests.benchmarks.synthetic import HostShape
-from tests.running import parse_samples
+from tests.support.running import parse_samples
 
 COMMAND = "python -m tests.benchmarks --only targets"
 INTERVAL_S = 5.0

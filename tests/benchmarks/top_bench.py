@@ -22,13 +22,13 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from rich.console import Console
 
-from exporter.collector import SnapshotCollector
-from exporter.snapshot import ContainerCounters, NodeZoneEnergy, Snapshot
-from exporter.top.feeds import interval_marker
-from exporter.top.frame import frame_between
-from exporter.top.render import Screen, render
-from exporter.top.scrape import from_snapshot, from_text
-from tests.top.snapshots import container, gpu, snapshot
+from exporter.app.top.feeds import interval_marker
+from exporter.app.top.frame import frame_between
+from exporter.app.top.render import Screen, render
+from exporter.app.top.scrape import from_snapshot, from_text
+from exporter.exposition.collector import SnapshotCollector
+from exporter.model.snapshot import ContainerCounters, NodeZoneEnergy, Snapshot
+from tests.app.top.snapshots import container, gpu, snapshot
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "benchmarks-top.md"

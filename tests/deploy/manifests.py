@@ -15,7 +15,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from tests.realparts import require_binary
+from tests.support.realparts import require_binary
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

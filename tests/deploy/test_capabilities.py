@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from tests.deploy.manifests import DEPLOY, build, env_of
-from tests.fixturehost import FixtureHost
-from tests.realparts import missing, require_binary, require_root
-from tests.running import parse_samples, select, start_exporter
+from tests.support.fixturehost import FixtureHost
+from tests.support.realparts import missing, require_binary, require_root
+from tests.support.running import parse_samples, select, start_exporter
 
 DEBIAN_PYTHON = "/usr/bin/python3"  # python3-bpfcc is built for Debian's python
 IMAGE_DIR = DEPLOY / "image"

@@ -22,7 +22,7 @@ import pytest
 
 from exporter import __version__
 from tests.deploy.manifests import DEPLOY, IMAGE_REPOSITORY, OVERLAYS, REPO, build, env_of, of_kind
-from tests.realparts import missing, require_binary
+from tests.support.realparts import missing, require_binary
 
 DOCKERFILE = DEPLOY / "Dockerfile"
 IGNORE = DEPLOY / "Dockerfile.dockerignore"
@@ -199,9 +199,9 @@ def test_entrypoint_runs_the_console_script_of_the_wheel(tmp_path: Path) -> None
     assert wheel.name.startswith(f"wattprobe-{__version__}-")
     with zipfile.ZipFile(wheel) as archive:
         entry_points = next(n for n in archive.namelist() if n.endswith("entry_points.txt"))
-        assert "wattprobe = exporter.cli:main" in archive.read(entry_points).decode()
+        assert "wattprobe = exporter.app.cli:main" in archive.read(entry_points).decode()
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["wattprobe"] == "exporter.cli:main"
+    assert scripts["wattprobe"] == "exporter.app.cli:main"
     # ENTRYPOINT is the venv's console script itself, and the same script is the first
     # `wattprobe` on PATH, so `kubectl exec ... wattprobe check` runs what the agent runs
     entrypoint = next(i.args for i in _instructions() if i.op == "ENTRYPOINT")
@@ -224,7 +224,8 @@ def _env() -> dict[str, str]:
 
 
 def test_no_wrapper_decides_for_the_agent() -> None:
-    """Header choice is the agent's own (exporter/sources/ebpf/kheaders.py): nothing in the image
+    """Header choice is the agent's own (exporter/sources/activity/ebpf/kheaders.py): nothing in
+    the image
     sets BCC_KERNEL_SOURCE or shadows the console script."""
     text = DOCKERFILE.read_text()
     assert "BCC_KERNEL_SOURCE" not in text

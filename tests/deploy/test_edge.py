@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.config import Config, parse_duration
+from exporter.model.config import Config, parse_duration
 from tests.deploy.manifests import (
     DEPLOY,
     OVERLAYS,
@@ -29,14 +29,14 @@ from tests.deploy.manifests import (
     one,
     pod_specs,
 )
-from tests.edgeforwarder import (
+from tests.support.edgeforwarder import (
     PROMETHEUS_AGENT_OVERLAY,
     VMAGENT_OVERLAY,
     flag_value,
     parse_size,
     shipped_forwarder,
 )
-from tests.realparts import require_binary
+from tests.support.realparts import require_binary
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "alerts" / "wattprobe.rules.yml"
@@ -228,7 +228,8 @@ def test_prometheus_agent_settings_keep_their_promises() -> None:
     assert scrape_s + parse_duration(queue["batch_send_deadline"]) <= 1.5
     assert 2 * scrape_s <= _edge_agent_keeps_the_default_interval()
     # the alert fires at 75 % of the WAL's bound: 3 truncation periods (docs/install.md,
-    # tests/test_edge_forwarding.py); the retention flags do not bound the remote-write buffer
+    # tests/monitoring/test_edge_forwarding.py); the retention flags do not bound the remote-write
+    # buffer
     assert not any(a.startswith("--storage.agent.retention.") for a in shipped.args)
     period_s = parse_duration(flag_value(shipped.args, "--storage.agent.wal-truncate-frequency"))
     alert = _edge_alert("WattprobeEdgeWalNearBound")

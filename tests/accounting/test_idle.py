@@ -1,0 +1,110 @@
+"""The idle baseline is learned only from evidence of idleness, by value."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from exporter.accounting.idle import (
+    DEFAULT_WINDOW,
+    PRIOR_SHARE,
+    IdleBaseline,
+    fitted_intercept,
+)
+from exporter.model.health import IdleOrigin
+
+HOUR_OF_INTERVALS = 720  # at the default 5 s
+
+
+def test_linear_device_recovers_its_intercept() -> None:
+    rng = random.Random(7)
+    samples = []
+    for _ in range(200):
+        u = rng.uniform(0.2, 0.9)
+        samples.append((u, 40.0 + 120.0 * u + rng.gauss(0, 1.0)))
+    assert fitted_intercept(samples) == pytest.approx(40.0, abs=1.5)
+
+
+def test_no_fit_without_spread() -> None:
+    samples = [(0.9 + 0.01 * (i % 7), 600.0 + i % 5) for i in range(200)]
+    assert fitted_intercept(samples) is None
+
+
+def test_sustained_load_keeps_the_prior_not_its_low_percentile() -> None:
+    """A GPU at 97 % and a steady 640 W for an hour: the baseline stays the prior (5 % of its
+    700 W limit), not the lowest power of its load (which billed a training job 0 %)."""
+    baseline = IdleBaseline()
+    rng = random.Random(1)
+    for _ in range(HOUR_OF_INTERVALS):
+        baseline.observe(0.97, 640.0 + rng.uniform(-3, 3), rated_w=700.0)
+    assert baseline.origin is IdleOrigin.PRIOR
+    assert baseline.watts == pytest.approx(PRIOR_SHARE * 700.0)
+    assert baseline.watts / 640.0 < 0.10  # >= 90 % of the energy bills as active
+
+
+def test_prior_without_a_rating_is_a_share_of_the_peak_seen() -> None:
+    baseline = IdleBaseline()
+    for watts in (80.0, 95.0, 90.0):
+        baseline.observe(0.8, watts, rated_w=None)
+    assert (baseline.watts, baseline.origin) == (PRIOR_SHARE * 95.0, IdleOrigin.PRIOR)
+
+
+def test_idle_then_busy_keeps_what_idleness_showed() -> None:
+    """Idle intervals teach the baseline, and a day of load afterwards does not push it out."""
+    baseline = IdleBaseline()
+    for i in range(20):
+        baseline.observe(0.0, 62.0 + (i % 3), rated_w=700.0)
+    assert (baseline.watts, baseline.origin) == (63.0, IdleOrigin.LEARNED)
+    for _ in range(24 * HOUR_OF_INTERVALS):
+        baseline.observe(1.0, 650.0, rated_w=700.0)
+    assert (baseline.watts, baseline.origin) == (63.0, IdleOrigin.LEARNED)
+
+
+def test_spread_utilization_learns_the_intercept() -> None:
+    baseline = IdleBaseline()
+    for i in range(100):
+        u = 0.2 + 0.6 * (i % 10) / 9
+        baseline.observe(u, 30.0 + 100.0 * u, rated_w=None)
+    assert baseline.origin is IdleOrigin.LEARNED
+    assert baseline.watts == pytest.approx(30.0)
+
+
+def test_unknown_utilization_is_no_evidence() -> None:
+    """MIG GPUs report no utilization: their power never teaches the baseline."""
+    baseline = IdleBaseline()
+    for _ in range(50):
+        baseline.observe(None, 50.0, rated_w=400.0)
+    assert (baseline.watts, baseline.origin) == (PRIOR_SHARE * 400.0, IdleOrigin.PRIOR)
+
+
+def test_fixed_baseline_ignores_observations() -> None:
+    baseline = IdleBaseline(fixed_w=12.0)
+    baseline.observe(0.0, 300.0, rated_w=None)
+    assert (baseline.watts, baseline.origin) == (12.0, IdleOrigin.CONFIGURED)
+
+
+@given(
+    st.lists(
+        st.tuples(st.one_of(st.none(), st.floats(0, 1)), st.floats(0, 2000)),
+        min_size=1,
+        max_size=80,
+    ),
+    st.one_of(st.none(), st.floats(1, 2000)),
+)
+def test_baseline_is_never_negative_nor_above_what_evidence_allows(
+    samples: list[tuple[float | None, float]], rated: float | None
+) -> None:
+    baseline = IdleBaseline(window=DEFAULT_WINDOW)
+    for u, p in samples:
+        baseline.observe(u, p, rated_w=rated)
+    watts, origin = baseline.current()
+    assert watts >= 0
+    if origin is IdleOrigin.PRIOR:
+        assert watts == pytest.approx(PRIOR_SHARE * (rated or max(p for _, p in samples)))
+    else:
+        # learned: from idle intervals' power, or an intercept below every power seen
+        idle_powers = [p for u, p in samples if u is not None and u <= 0.05]
+        assert watts <= max(idle_powers or [p for _, p in samples])
