@@ -4,8 +4,8 @@ and restarts.
 Real parts on loopback: `wattprobe serve` on a fixture tree, Debian's vmagent with the flags and
 scrape configuration overlays/kubeedge ships (tests/support/edgeforwarder.py rewrites only
 targets, URL and paths), Debian's prometheus as the receiver, and for the link cut a TCP proxy
-between them (tests/support/tcpproxy.py). The ground truth is wattprobe's own interval counter, read from its
-/metrics around each event: every interval it counted must reach the receiver.
+between them (tests/support/tcpproxy.py). The ground truth is wattprobe's own interval counter,
+read from its /metrics around each event: every interval it counted must reach the receiver.
 
 Outages here are 60 s (receiver) and 30 s (link), scaled down from the issue's 10 minutes to fit
 the suite; `python -m tests.benchmarks --only edge-soak` runs the 10-minute receiver outage with
