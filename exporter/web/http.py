@@ -14,9 +14,9 @@ serves three GET paths, so it needs very little of HTTP and can be strict about 
   connection is closed, so body bytes can never be taken for a next request;
 - error responses carry fixed text only, never anything the client sent.
 
-This module parses and renders; exporter/web/server.py does the I/O and keeps the deadlines, on an
-event loop. HeadReader looks at each received byte once, so a head trickled a byte at a time
-costs what the same head in one piece costs.
+This module parses and renders; exporter/web/connection.py does the I/O and keeps the
+deadlines, on an event loop. HeadReader looks at each received byte once, so a head trickled a
+byte at a time costs what the same head in one piece costs.
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ from dataclasses import dataclass, field
 from exporter.model.config import HttpLimits
 
 MAX_HEADERS = 100
+# Empty lines allowed before a request line (RFC 9112 2.2: a server SHOULD ignore at least one).
+# More is refused at once with 400, as Go's server (node_exporter) does: before, a head of
+# 100,000 bare CRLFs got no answer until the header timeout (issue 28).
+MAX_BLANK_BYTES = 64
 
 
 class HttpError(Exception):
@@ -180,7 +184,16 @@ class HeadReader:
     (a pipelined next request) stay for the next call.
     """
 
-    __slots__ = ("_buf", "_first_line", "_limits", "_line_start", "_scan", "_start", "scanned")
+    __slots__ = (
+        "_blank",
+        "_buf",
+        "_first_line",
+        "_limits",
+        "_line_start",
+        "_scan",
+        "_start",
+        "scanned",
+    )
 
     def __init__(self, limits: HttpLimits) -> None:
         self._limits = limits
@@ -189,6 +202,7 @@ class HeadReader:
         self._scan = 0  # the next byte to look at
         self._line_start = 0  # where the line being scanned begins
         self._first_line = -1  # length of the request line once its newline was seen
+        self._blank = 0  # empty-line bytes skipped before the current request
         self.scanned = 0  # bytes looked at, over the connection's life (the tests' work count)
 
     def feed(self, data: bytes) -> None:
@@ -208,12 +222,15 @@ class HeadReader:
     def next_head(self) -> bytes | None:
         """The next complete head (without its blank line), or None if more bytes are needed.
 
-        Raises HttpError(414) for a request line over the limit and HttpError(431) for a head
-        over max_header_bytes, as soon as the bytes show it.
+        Raises HttpError(414) for a request line over the limit, HttpError(431) for a head
+        over max_header_bytes and HttpError(400) for more than MAX_BLANK_BYTES of empty lines
+        before a request, as soon as the bytes show it.
         """
         limits = self._limits
         line_limit = min(limits.max_request_line, limits.max_header_bytes)
         self._skip_empty_lines()
+        if self._blank > MAX_BLANK_BYTES:
+            raise HttpError(400)
         buf = self._buf
         while True:
             newline = buf.find(b"\n", self._scan)
@@ -254,11 +271,13 @@ class HeadReader:
         while start < len(buf) and buf[start] in (10, 13):
             start += 1
         self.scanned += start - self._start
+        self._blank += start - self._start
         self._start = self._scan = self._line_start = start
 
     def _next_request(self, at: int) -> None:
         self._start = self._scan = self._line_start = at
         self._first_line = -1
+        self._blank = 0
         if at > 4096 and at * 2 > len(self._buf):
             # drop consumed bytes now and then, not per head: the copy stays linear overall
             del self._buf[:at]

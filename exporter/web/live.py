@@ -11,8 +11,11 @@ A file that turns bad while running is refused as Prometheus refuses a bad reloa
 config keeps serving (/healthz and scrapes included) and one error per change says why, until
 the file is fixed. The cost: an edit that removes a user or a CA takes effect only once the file
 is valid again, so such edits must be checked (`wattprobe serve --web.config.file` at start, or
-the error line) rather than assumed. Switching TLS on or off needs a restart (the listening
-socket is plain or TLS for its life): such an edit is refused the same way.
+the error line) rather than assumed. wattprobe_web_config_last_reload_successful (0 after a
+refused read) and its success timestamp say the same to Prometheus, as Prometheus's own
+prometheus_config_last_reload_successful does (exporter/web/telemetry.py). Switching TLS on or
+off needs a restart (the listening socket is plain or TLS for its life): such an edit is refused
+the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import logging
 import os
 import ssl
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +42,12 @@ class WebState:
     config: WebConfig
     context: ssl.SSLContext | None  # None: plain HTTP
     auth: BasicAuth
+
+
+@dataclass(frozen=True)
+class ReloadStatus:
+    successful: bool
+    success_timestamp: float  # Unix time of the last successful read
 
 
 def load_web_state(path: Path) -> WebState:
@@ -63,6 +73,7 @@ class LiveWebConfig:
         self._files = initial.config.files()
         self._stamp = self._fingerprint()
         self._lock = threading.Lock()
+        self.last_reload = ReloadStatus(True, time.time())
 
     @classmethod
     def load(cls, path: Path) -> LiveWebConfig:
@@ -93,10 +104,13 @@ class LiveWebConfig:
             if (context is not None) != self.tls:
                 raise WebConfigError("TLS cannot be switched on or off while running; restart")
             self._state = WebState(config, context, BasicAuth(config.users))
+            self.last_reload = ReloadStatus(True, time.time())
             log.info("web config %s reloaded", self.path)
         except WebConfigError as exc:
+            self.last_reload = ReloadStatus(False, self.last_reload.success_timestamp)
             log.error("web config %s unusable, still serving the previous one: %s", self.path, exc)
         except Exception as exc:  # a bug in parsing must not drop every connection
+            self.last_reload = ReloadStatus(False, self.last_reload.success_timestamp)
             log.error(
                 "web config %s unusable, still serving the previous one: %s: %s",
                 self.path,

@@ -17,7 +17,10 @@ The benchmarks (each module says how it measures):
 - memory (bcc_memory.py): RSS with and without eBPF, and with the compile kept in a child;
 - nvml (nvml_bench.py) and ebpf (ebpf_bench.py, when that branch is in): their own figures;
 - edge (edge_latency.py): the shipped edge forwarder's latency to a receiver and its WAL growth;
-- attack (attack.py): scrapes under 2,000 trickling, 100 non-reading and a flood of connections,
+- attack (attack.py, attack_tls.py): scrapes under 2,000 trickling, 100 non-reading and a flood
+  of connections; then, over TLS, 2,000 stalled handshakes, 2,000 silent ClientHellos and a 20 s
+  bad-handshake flood, with RSS during and 30 s after (attack_tls.py); uncached valid logins
+  under 300 wrong-password connections and scrapes under a reconnect flood (attack_web.py);
   wattprobe and node_exporter one after the other;
 - fleet (fleet_bench.py): a synthetic edge fleet in a real Prometheus, dashboard query times,
   memory per series, remote-write bytes per sample, the 2,000-node sizing (docs/fleet.md);
@@ -40,6 +43,8 @@ from pathlib import Path
 
 from tests.benchmarks import (
     attack,
+    attack_tls,
+    attack_web,
     collection,
     edge_footprint,
     edge_latency,
@@ -109,7 +114,11 @@ def _sections(args: argparse.Namespace, ctx: Context, log_dir: Path) -> list[Sec
         "nvml": lambda: [plugins.nvml(args.nvml_repeat)],
         "ebpf": lambda: [s for s in [plugins.ebpf()] if s is not None],
         "edge": lambda: [edge_latency.run(ctx, args.edge_seconds, log_dir)],
-        "attack": lambda: [attack.run(ctx, args.attack_seconds, log_dir)],
+        "attack": lambda: [
+            attack.run(ctx, args.attack_seconds, log_dir),
+            attack_tls.run(ctx, args.tls_attack_seconds, log_dir),
+            attack_web.run(ctx, log_dir),
+        ],
         "edge-footprint": lambda: [edge_footprint.run(args.edge_footprint_seconds)],
         "edge-queue": lambda: [edge_queue.run_queue(log_dir, args.edge_queue_seconds)],
         "edge-soak": lambda: [edge_queue.run_soak(log_dir, args.edge_soak_outage)],
@@ -173,6 +182,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--nvml-repeat", type=int, default=500)
     parser.add_argument("--edge-seconds", type=float, default=60.0, help="edge latency window")
     parser.add_argument("--attack-seconds", type=float, default=40.0, help="per exporter")
+    parser.add_argument(
+        "--tls-attack-seconds", type=float, default=20.0, help="per TLS attack and exporter"
+    )
     parser.add_argument("--fleet-nodes", type=int, default=fleet_bench.Options.nodes)
     parser.add_argument(
         "--fleet-window", type=float, default=fleet_bench.Options.window_s, help="seconds"

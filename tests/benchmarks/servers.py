@@ -3,7 +3,9 @@ as subprocesses on loopback, a thread that keeps a synthetic host moving, and th
 
 from __future__ import annotations
 
+import base64
 import json
+import ssl
 import subprocess
 import sys
 import threading
@@ -54,10 +56,25 @@ class Advancer:
 
 @contextmanager
 def wattprobe(
-    args: list[str], log_dir: Path, env: dict[str, str] | None = None
+    args: list[str],
+    log_dir: Path,
+    env: dict[str, str] | None = None,
+    *,
+    scheme: str = "http",
+    ssl_context: ssl.SSLContext | None = None,
+    auth: tuple[str, str] | None = None,
 ) -> Iterator[ExporterProcess]:
     # serve's own defaults, not the tests' (tests/running.TEST_ARGS)
-    proc = start_exporter(args, log_dir=log_dir, env=env, wait="/readyz", test_args=())
+    proc = start_exporter(
+        args,
+        log_dir=log_dir,
+        env=env,
+        wait="/readyz",
+        test_args=(),
+        scheme=scheme,
+        ssl_context=ssl_context,
+        auth=auth,
+    )
     try:
         yield proc
     finally:
@@ -84,10 +101,14 @@ def node_exporter(
     log_dir: Path,
     collectors: tuple[str, ...] = RAPL_HWMON,
     ready: bytes = b"node_rapl_",
+    *,
+    web_config: Path | None = None,
+    ca: Path | None = None,
+    auth: tuple[str, str] | None = None,
 ) -> Iterator[NodeExporter]:
     """node_exporter reading the given trees, by default with only its RAPL and hwmon
     collectors; collectors=() runs Debian's defaults (what a node runs). Ready once /metrics
-    has `ready` in it."""
+    has `ready` in it. web_config: its --web.config.file (TLS: give the CA that checks it)."""
     binary = require_binary(NODE_EXPORTER)
     port = free_port()
     log = (log_dir / f"node-exporter-{port}.log").open("wb")
@@ -98,17 +119,29 @@ def node_exporter(
             f"--path.procfs={procfs}",
             *collectors,
             f"--web.listen-address=127.0.0.1:{port}",
+            *([f"--web.config.file={web_config}"] if web_config is not None else []),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
     )
     running = NodeExporter(proc, port)
+    url = running.url
+    context = None
+    if ca is not None:
+        url = url.replace("http://", "https://")
+        context = ssl.create_default_context(cafile=str(ca))
+    headers = {}
+    if auth is not None:
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
     try:
         deadline = time.monotonic() + 30
         while True:
             try:
-                with urllib.request.urlopen(running.url, timeout=2) as resp:
+                with urllib.request.urlopen(
+                    urllib.request.Request(url, headers=headers), timeout=2, context=context
+                ) as resp:
                     if resp.status == 200 and ready in resp.read():
                         break
             except OSError:

@@ -184,7 +184,9 @@ def test_connection_limit_refuses_then_recovers(limited: ExporterProcess) -> Non
     try:
         for _ in range(MAX_CONNECTIONS - 1):
             held.append(socket.create_connection(("127.0.0.1", limited.port), timeout=5))
-        time.sleep(0.2)  # let the server accept them all
+        for sock in held:  # answered keep-alive connections, never given up for a newcomer
+            sock.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+            assert status_of(sock.recv(4096)) == 200
         with raw_connection(limited.port) as extra:
             answer = read_all(extra)  # refused at once, before sending anything
         assert status_of(answer) == 503

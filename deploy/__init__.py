@@ -1,0 +1,1 @@
+"""Deploy inputs: the manifests generator (generate.py) and the image builder (image/)."""
