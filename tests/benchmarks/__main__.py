@@ -24,7 +24,11 @@ The benchmarks (each module says how it measures):
   wattprobe and node_exporter one after the other;
 - fleet (fleet_bench.py): a synthetic edge fleet in a real Prometheus, dashboard query times,
   memory per series, remote-write bytes per sample, the 2,000-node sizing (docs/fleet.md);
-- edge-footprint (edge_footprint.py): the edge pod (agent + forwarder) on a 200-process node.
+- edge-footprint (edge_footprint.py): the edge pod (agent + forwarder) on a 200-process node;
+- edge-queue, edge-soak (edge_queue.py): the vmagent forwarder's queue growth per 110-pod node
+  and what happens past its bound; a 10-minute receiver outage with forwarder restarts;
+- fleet-vm (receivers.py): VictoriaMetrics as the receiver (memory per series), one fleet
+  spread over two of them by vmagent.
 """
 
 from __future__ import annotations
@@ -44,9 +48,11 @@ from tests.benchmarks import (
     collection,
     edge_footprint,
     edge_latency,
+    edge_queue,
     fleet_bench,
     node_cost,
     plugins,
+    receivers,
     report,
     serving,
     targets,
@@ -67,6 +73,9 @@ ALL = (
     "attack",
     "fleet",
     "edge-footprint",
+    "edge-queue",
+    "edge-soak",
+    "fleet-vm",
     "node-cost",
 )
 
@@ -111,6 +120,9 @@ def _sections(args: argparse.Namespace, ctx: Context, log_dir: Path) -> list[Sec
             attack_web.run(ctx, log_dir),
         ],
         "edge-footprint": lambda: [edge_footprint.run(args.edge_footprint_seconds)],
+        "edge-queue": lambda: [edge_queue.run_queue(log_dir, args.edge_queue_seconds)],
+        "edge-soak": lambda: [edge_queue.run_soak(log_dir, args.edge_soak_outage)],
+        "fleet-vm": lambda: [receivers.run(log_dir)],
         "node-cost": lambda: [node_cost.run(ctx, args.node_cost_seconds, log_dir)],
         "fleet": lambda: [
             fleet_bench.run(fleet_bench.Options(nodes=args.fleet_nodes, window_s=args.fleet_window))
@@ -180,6 +192,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--edge-footprint-seconds", type=float, default=60.0, help="edge pod window"
     )
+    parser.add_argument(
+        "--edge-queue-seconds", type=float, default=60.0, help="queue growth window per node"
+    )
+    parser.add_argument(
+        "--edge-soak-outage", type=float, default=600.0, help="receiver outage of the soak, s"
+    )
     parser.add_argument("--quick", action="store_true", help="small and short: a smoke run")
     parser.add_argument("--no-write", action="store_true", help="leave docs/benchmarks.md alone")
     args = parser.parse_args(argv)
@@ -191,6 +209,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.edge_seconds = 15.0
         args.attack_seconds = 15.0
         args.fleet_nodes, args.fleet_window, args.edge_footprint_seconds = 6, 900.0, 15.0
+        args.edge_queue_seconds, args.edge_soak_outage = 15.0, 60.0
     return args
 
 

@@ -1,4 +1,4 @@
-"""The edge pod's footprint on a small node: the wattprobe agent and a Prometheus agent-mode
+"""The edge pod's footprint on a small node: the wattprobe agent and the shipped vmagent
 forwarder beside it, their RSS and CPU over a steady window, and the eBPF compile child's
 start-up peak.
 
@@ -9,9 +9,9 @@ The small node is a synthetic host (tests/benchmarks/synthetic.py) of 200 proces
 of 2 containers, on 4 CPUs, RAPL and hwmon from the fixture tree, no GPU: this machine's own
 /proc is not small while other jobs run thousands of processes on it. The agent runs as the
 edge DaemonSet runs it (default interval, /proc activity there; pods from the tree's cgroups),
-the forwarder is Debian's Prometheus 2.42 with --enable-feature=agent scraping it every second
-and remote-writing to a local receiver (tests/support/fleet.py start_forwarder: 1 s batch deadline,
-2,000 samples per send). The eBPF child's peak is measured on this machine's /proc with
+the forwarder is Debian's vmagent 1.79 with overlays/kubeedge's flags and scrape.yml (scraping
+it every second, tests/support/edgeforwarder.py) remote-writing to a local Prometheus
+receiver. The eBPF child's peak is measured on this machine's /proc with
 `wattprobe serve --activity-source ebpf`: its children are polled while the probes compile.
 """
 
@@ -39,8 +39,9 @@ from tests.benchmarks.common import (
 )
 from tests.benchmarks.servers import Advancer, wattprobe
 from tests.benchmarks.synthetic import HostShape
-from tests.support.fleet import own_metrics, start_forwarder, start_receiver
-from tests.support.realparts import require_binary, require_root
+from tests.support.edgeforwarder import shipped_forwarder, start_forwarder, start_receiver
+from tests.support.fleet import own_metrics
+from tests.support.realparts import require_root
 from tests.support.running import start_exporter
 
 log = logging.getLogger("tests.benchmarks.edge_footprint")
@@ -77,31 +78,30 @@ def _sample(pids: dict[str, int], seconds: float) -> dict[str, Usage]:
 
 def steady(seconds: float, log_dir: Path) -> tuple[dict[str, Usage], float]:
     """The pod on the small node: (usage of agent and forwarder, forwarder bytes/s sent)."""
-    prometheus = require_binary("prometheus")
     with Context.create() as ctx:
         host = ctx.host(SMALL_NODE)
         args = [*serve_args(host), "--no-collector.nvml"]
         with Advancer(host, 1.0), wattprobe(args, log_dir) as agent:
-            receiver = start_receiver(prometheus, log_dir / "receiver")
+            receiver = start_receiver(log_dir / "receiver")
             forwarder = None
             try:
                 forwarder = start_forwarder(
-                    prometheus,
+                    shipped_forwarder(),
                     log_dir / "forwarder",
-                    f"127.0.0.1:{agent.port}",
-                    receiver.url,
+                    agent_port=agent.port,
+                    receiver_url=receiver.write_url,
                     node="edge-small",
                 )
                 time.sleep(15.0)  # both past start-up, the forwarder's first sends done
-                sent0, t0 = own_metrics(forwarder), time.monotonic()
-                pids = {"wattprobe": agent.proc.pid, "forwarder": forwarder.proc.pid}
+                sent0, t0 = own_metrics(forwarder.daemon), time.monotonic()
+                pids = {"wattprobe": agent.proc.pid, "forwarder": forwarder.daemon.proc.pid}
                 usage = _sample(pids, seconds)
-                sent1, t1 = own_metrics(forwarder), time.monotonic()
+                sent1, t1 = own_metrics(forwarder.daemon), time.monotonic()
             finally:
                 if forwarder is not None:
                     forwarder.stop()
                 receiver.stop()
-    key = "prometheus_remote_storage_bytes_total"
+    key = "vmagent_remotewrite_bytes_sent_total"
     return usage, (sent1[key] - sent0[key]) / (t1 - t0)
 
 
@@ -202,7 +202,7 @@ def run(seconds: float = 60.0) -> Section:
             rerun=COMMAND,
         ),
         Figure(
-            "forwarder (Prometheus 2.42 agent mode, scrape 1 s): RSS mean / max / peak, CPU",
+            "forwarder (vmagent 1.79 as shipped, scrape 1 s): RSS mean / max / peak, CPU",
             f"{forwarder.rss_mean:.1f} / {forwarder.rss_max:.1f} / {forwarder.hwm:.1f} MiB, "
             f"{100 * forwarder.cpu:.1f} % of a core; sends {bytes_per_s * 8 / 1e3:.0f} kbit/s",
             rerun=COMMAND,

@@ -15,7 +15,7 @@ from tests.support.realparts import missing
 
 CHART = DEPLOY / "helm" / "wattprobe"
 # one values file per kustomize overlay: ci/<overlay>-values.yaml
-PROFILES = ("default", "gpu-only", "kubeedge", "privileged")
+PROFILES = ("default", "gpu-only", "kubeedge", "kubeedge-prometheus-agent", "privileged")
 NAMESPACE = "wattprobe"
 # Labels Helm's conventions add and the kustomize overlays do not have (the only difference
 # the comparison with the overlays normalizes away, with env order: see normalized()).

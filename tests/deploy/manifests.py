@@ -20,7 +20,7 @@ from tests.support.realparts import require_binary
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 CRDS = Path(__file__).parent / "crds"
-OVERLAYS = ("default", "kubeedge", "gpu-only", "privileged")
+OVERLAYS = ("default", "kubeedge", "kubeedge-prometheus-agent", "gpu-only", "privileged")
 COMPONENTS = (
     "nvidia-runtimeclass",
     "kubelet-fine-grained-authz",

@@ -1,9 +1,10 @@
 """overlays/kubeedge: which path each node kind's metrics take, and the edge forwarder's settings.
 
 Cloud nodes: scraped by the cloud Prometheus through Service wattprobe and its ServiceMonitor.
-Edge nodes: never selected by them; their forwarder (Prometheus in agent mode) scrapes the agent
-on the node's loopback and remote-writes. Built with the real kubectl (tests/deploy/manifests.py);
-the schema validation of the same output is tests/deploy/test_build.py's.
+Edge nodes: never selected by them; their forwarder (vmagent, or Prometheus in agent mode in
+overlays/kubeedge-prometheus-agent) scrapes the agent on the node's loopback and remote-writes.
+Built with the real kubectl (tests/deploy/manifests.py); the schema validation of the same output
+is tests/deploy/test_build.py's.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.model.config import parse_duration
+from exporter.model.config import Config, parse_duration
 from tests.deploy.manifests import (
     DEPLOY,
     OVERLAYS,
@@ -28,13 +29,20 @@ from tests.deploy.manifests import (
     one,
     pod_specs,
 )
-from tests.support.edgeforwarder import flag_value, shipped_forwarder
+from tests.support.edgeforwarder import (
+    PROMETHEUS_AGENT_OVERLAY,
+    VMAGENT_OVERLAY,
+    flag_value,
+    parse_size,
+    shipped_forwarder,
+)
 from tests.support.realparts import require_binary
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "alerts" / "wattprobe.rules.yml"
 AGENT_PORT = 28390
 CLOUD, EDGE = "wattprobe", "wattprobe-edge"
+FORWARDER_OVERLAYS = (VMAGENT_OVERLAY, PROMETHEUS_AGENT_OVERLAY)
 
 
 def _pod_labels(objs: list[Obj]) -> dict[str, dict[str, str]]:
@@ -114,24 +122,32 @@ def _forwarder(objs: list[Obj]) -> tuple[Obj, Obj]:
 
 
 @pytest.mark.real
-def test_forwarder_scrapes_the_agent_on_loopback_and_labels_the_node() -> None:
-    objs = build("kubeedge")
+@pytest.mark.parametrize("overlay", FORWARDER_OVERLAYS)
+def test_forwarder_scrapes_the_agent_on_loopback_and_labels_the_node(overlay: str) -> None:
+    objs = build(overlay)
     pod, container = _forwarder(objs)
     agent = next(c for c in pod["containers"] if c["name"] == "wattprobe")
     assert {p["containerPort"] for p in agent["ports"]} == {AGENT_PORT}
     assert pod["hostNetwork"] is True, "127.0.0.1 is the node's loopback"
-    shipped = shipped_forwarder()
+    shipped = shipped_forwarder(overlay)
     jobs = {job["job_name"]: job for job in shipped.config["scrape_configs"]}
-    assert jobs["wattprobe"]["static_configs"] == [{"targets": [f"127.0.0.1:{AGENT_PORT}"]}]
-    assert jobs["wattprobe"]["honor_labels"] is True  # as the cloud's ServiceMonitor
-    listen = flag_value(shipped.args, "--web.listen-address")
+    listen = flag_value(shipped.args, shipped.engine.listen_flag)
     assert listen.startswith("127.0.0.1:"), "the forwarder's web UI stays on the loopback"
-    assert jobs["wattprobe-forwarder"]["static_configs"] == [{"targets": [listen]}]
-    # the node name: the downward API, expanded into the external labels
+    targets = {"wattprobe": f"127.0.0.1:{AGENT_PORT}", "wattprobe-forwarder": listen}
+    for name, target in targets.items():
+        (static,) = jobs[name]["static_configs"]
+        assert static["targets"] == [target]
+    assert jobs["wattprobe"]["honor_labels"] is True  # as the cloud's ServiceMonitor
+    # the node name: the downward API, in every series' node and instance labels
     assert shipped.env == {"NODE_NAME": "spec.nodeName"}
-    assert shipped.config["global"]["external_labels"]["node"] == "${NODE_NAME}"
-    features = flag_value(shipped.args, "--enable-feature").split(",")
-    assert {"agent", "expand-external-labels"} <= set(features)
+    if shipped.is_vmagent:
+        for job in jobs.values():
+            labels = job["static_configs"][0]["labels"]
+            assert labels == {"node": "%{NODE_NAME}", "instance": "%{NODE_NAME}"}
+    else:
+        assert shipped.config["global"]["external_labels"]["node"] == "${NODE_NAME}"
+        features = flag_value(shipped.args, "--enable-feature").split(",")
+        assert {"agent", "expand-external-labels"} <= set(features)
     # every probe reaches the loopback listener
     port = int(listen.rsplit(":", 1)[1])
     for kind in ("livenessProbe", "readinessProbe", "startupProbe"):
@@ -141,59 +157,108 @@ def test_forwarder_scrapes_the_agent_on_loopback_and_labels_the_node() -> None:
 
 
 @pytest.mark.real
-def test_forwarder_reads_its_files_where_they_are_mounted() -> None:
-    objs = build("kubeedge")
+@pytest.mark.parametrize("overlay", FORWARDER_OVERLAYS)
+def test_forwarder_reads_its_files_where_they_are_mounted(overlay: str) -> None:
+    objs = build(overlay)
     pod, container = _forwarder(objs)
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
-    shipped = shipped_forwarder()
-    config = Path(flag_value(shipped.args, "--config.file"))
+    shipped = shipped_forwarder(overlay)
+    config = Path(flag_value(shipped.args, shipped.engine.config_flag))
     assert "configMap" in mounts[str(config.parent)]
-    credentials = Path(shipped.config["remote_write"][0]["authorization"]["credentials_file"])
+    if shipped.is_vmagent:
+        credentials = Path(flag_value(shipped.args, "-remoteWrite.bearerTokenFile"))
+    else:
+        remote = shipped.config["remote_write"][0]
+        credentials = Path(remote["authorization"]["credentials_file"])
     secret = mounts[str(credentials.parent)]["secret"]
     assert secret["secretName"] == "wattprobe-remote-write"
     # optional: the forwarder buffers until the Secret exists instead of the pod not starting
     assert secret["optional"] is True
-    wal = mounts[flag_value(shipped.args, "--storage.agent.path")]
-    assert wal["hostPath"]["type"] == "DirectoryOrCreate", "the WAL outlives the pod"
+    queue = mounts[flag_value(shipped.args, shipped.engine.queue_flag)]
+    # the queue outlives the pod (an upgrade replaces it): not an emptyDir
+    assert queue["hostPath"]["type"] == "DirectoryOrCreate"
 
 
-@pytest.mark.real
-def test_forwarder_settings_keep_their_promises() -> None:
-    shipped = shipped_forwarder()
-    scrape_s = parse_duration(shipped.config["global"]["scrape_interval"])
-    queue = shipped.config["remote_write"][0]["queue_config"]
-    # latency (docs/benchmarks.md): a sample waits at most one scrape and one send deadline
-    assert scrape_s + parse_duration(queue["batch_send_deadline"]) <= 1.5
-    # every interval of the edge agent (wattprobe's default --interval, which the edge
-    # DaemonSet keeps) is scraped at least once
+def _edge_alert(name: str) -> dict[str, Any]:
+    rules = yaml.safe_load(RULES.read_text())
+    alert: dict[str, Any] = next(
+        r for g in rules["groups"] for r in g["rules"] if r.get("alert") == name
+    )
+    return alert
+
+
+def _edge_agent_keeps_the_default_interval() -> float:
     edge = one(build("kubeedge"), "DaemonSet", EDGE)
     agent = next(
         c for c in edge["spec"]["template"]["spec"]["containers"] if c["name"] == "wattprobe"
     )
     assert not any("interval" in a for a in agent.get("args", []))
     assert not any(e["name"] == "WATTPROBE_INTERVAL" for e in agent["env"])
-    assert 2 * scrape_s <= 5.0
+    return Config.interval_s  # serve's default
+
+
+@pytest.mark.real
+def test_vmagent_settings_keep_their_promises() -> None:
+    shipped = shipped_forwarder()
+    assert shipped.is_vmagent
+    scrape_s = parse_duration(shipped.config["global"]["scrape_interval"])
+    flush_s = parse_duration(flag_value(shipped.args, "-remoteWrite.flushInterval"))
+    # latency (docs/benchmarks.md): a sample waits at most one scrape and one flush
+    assert scrape_s + flush_s <= 2.0
+    # every interval of the edge agent (serve's default --interval, which the edge DaemonSet
+    # keeps) is scraped at least once, however the two clocks drift: at least twice as long
+    assert 2 * scrape_s <= _edge_agent_keeps_the_default_interval()
+    # one sender: blocks leave in order, a SIGKILL loses at most the one block it holds
+    assert flag_value(shipped.args, "-remoteWrite.queues") == "1"
+    # a dead link's hanging request is given up in seconds, not the default minute
+    assert parse_duration(flag_value(shipped.args, "-remoteWrite.sendTimeout")) <= 30
+    # the alert fires at 75 % of the queue's bound (docs/install.md, "Sizing the queue")
+    bound = parse_size(flag_value(shipped.args, "-remoteWrite.maxDiskUsagePerURL"))
+    alert = _edge_alert("WattprobeEdgeQueueNearBound")
+    assert str(int(0.75 * bound)) in alert["expr"]
+
+
+@pytest.mark.real
+def test_prometheus_agent_settings_keep_their_promises() -> None:
+    shipped = shipped_forwarder(PROMETHEUS_AGENT_OVERLAY)
+    assert not shipped.is_vmagent
+    scrape_s = parse_duration(shipped.config["global"]["scrape_interval"])
+    queue = shipped.config["remote_write"][0]["queue_config"]
+    assert scrape_s + parse_duration(queue["batch_send_deadline"]) <= 1.5
+    assert 2 * scrape_s <= _edge_agent_keeps_the_default_interval()
     # the alert fires at 75 % of the WAL's bound: 3 truncation periods (docs/install.md,
     # tests/monitoring/test_edge_forwarding.py); the retention flags do not bound the remote-write
     # buffer
     assert not any(a.startswith("--storage.agent.retention.") for a in shipped.args)
     period_s = parse_duration(flag_value(shipped.args, "--storage.agent.wal-truncate-frequency"))
-    rules = yaml.safe_load(RULES.read_text())
-    alert = next(
-        r
-        for g in rules["groups"]
-        for r in g["rules"]
-        if r.get("alert") == "WattprobeEdgeWalNearBound"
-    )
+    alert = _edge_alert("WattprobeEdgeWalNearBound")
     assert set(re.findall(r"> (\d+)", alert["expr"])) == {str(int(0.75 * 3 * period_s))}
     assert f"keeps {int(3 * period_s // 3600)}h" in alert["annotations"]["summary"]
 
 
 @pytest.mark.real
-def test_promtool_accepts_the_shipped_forwarder_config(tmp_path: Path) -> None:
-    promtool = require_binary("promtool")
+def test_vmagent_accepts_the_shipped_scrape_config(tmp_path: Path) -> None:
+    """vmagent's own parser (-dryRun, strict: unknown fields are errors) on the shipped file."""
+    vmagent = require_binary("vmagent")
     shipped = shipped_forwarder()
+    path = tmp_path / shipped.config_key
+    path.write_text(yaml.safe_dump(shipped.config))
+    result = subprocess.run(
+        [vmagent, f"-promscrape.config={path}", "-dryRun", "-loggerLevel=ERROR"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "NODE_NAME": "edge-1"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.real
+def test_promtool_accepts_the_prometheus_agent_config(tmp_path: Path) -> None:
+    promtool = require_binary("promtool")
+    shipped = shipped_forwarder(PROMETHEUS_AGENT_OVERLAY)
     token = tmp_path / "token"
     token.write_text("x\n")
     config = dict(shipped.config)
@@ -215,10 +280,10 @@ def test_promtool_accepts_the_shipped_forwarder_config(tmp_path: Path) -> None:
 @pytest.mark.real
 def test_users_replace_the_forwarder_config_in_their_own_kustomization(tmp_path: Path) -> None:
     """The documented knob (docs/install.md): a configMapGenerator with behavior: replace."""
-    text = (DEPLOY / "overlays/kubeedge/edge/forwarder/prometheus.yml").read_text()
-    mine = text.replace("https://metrics.example.com/api/v1/write", "https://rw.example.org/push")
+    text = (DEPLOY / "overlays/kubeedge/edge/forwarder/scrape.yml").read_text()
+    mine = text.replace("scrape_interval: 1s\n", "scrape_interval: 2s\n", 1)
     assert mine != text
-    (tmp_path / "prometheus.yml").write_text(mine)
+    (tmp_path / "scrape.yml").write_text(mine)
     overlay = os.path.relpath((DEPLOY / "overlays/kubeedge").resolve(), tmp_path.resolve())
     kustomization: dict[str, Any] = {
         "resources": [overlay],
@@ -227,7 +292,7 @@ def test_users_replace_the_forwarder_config_in_their_own_kustomization(tmp_path:
                 "name": "wattprobe-forwarder-edge",
                 "namespace": "wattprobe",
                 "behavior": "replace",
-                "files": ["prometheus.yml"],
+                "files": ["scrape.yml"],
             }
         ],
     }
@@ -235,5 +300,5 @@ def test_users_replace_the_forwarder_config_in_their_own_kustomization(tmp_path:
     objs = kustomize(tmp_path)
     pod, _container = _forwarder(objs)
     name = next(v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v)
-    assert one(objs, "ConfigMap", name)["data"]["prometheus.yml"] == mine
+    assert one(objs, "ConfigMap", name)["data"]["scrape.yml"] == mine
     assert len([n for n, _ in pod_specs(objs)]) == 2

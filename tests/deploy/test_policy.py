@@ -37,10 +37,13 @@ PODRESOURCES_DIR = "/var/lib/kubelet/pod-resources"
 # Env vars the manifests set for flags that other issues are adding to `wattprobe serve`
 # (DESIGN.md's CLI contract). Each must be removed from here once its flag exists.
 PENDING_FLAGS: dict[str, str] = {}  # flags the manifests use before `serve` has them
-# The edge forwarder (overlays/kubeedge): Prometheus in agent mode, pinned to a release, whose
-# WAL is the one host path written to (tests/deploy/test_edge.py checks the rest of it).
+# The edge forwarder (overlays/kubeedge: vmagent; overlays/kubeedge-prometheus-agent: Prometheus in
+# agent mode), pinned to a release, whose queue or WAL is the one host path written to
+# (tests/deploy/test_edge.py checks the rest of it).
 FORWARDER = "forwarder"
-FORWARDER_IMAGE = re.compile(r"quay\.io/prometheus/prometheus:v\d+\.\d+\.\d+")
+FORWARDER_IMAGE = re.compile(
+    r"(docker\.io/victoriametrics/vmagent|quay\.io/prometheus/prometheus):v\d+\.\d+\.\d+"
+)
 FORWARDER_WAL = "/var/lib/wattprobe/forwarder"
 
 

@@ -1,9 +1,10 @@
-"""wattprobe -> the shipped edge forwarder -> a real remote-write receiver, through an outage.
+"""wattprobe -> the Prometheus agent forwarder -> a real remote-write receiver, through an outage.
 
-Real parts on loopback: `wattprobe serve` on a fixture tree, Debian's prometheus in agent mode
-with the configuration overlays/kubeedge ships (tests/support/edgeforwarder.py rewrites only
-targets, URL
-and paths), and Debian's prometheus as the receiver. The receiver is down for 60 s; the
+The alternative forwarder (overlays/kubeedge-prometheus-agent; the shipped one, vmagent, is
+tests/monitoring/test_edge_vmagent.py's). Real parts on loopback: `wattprobe serve` on a
+fixture tree, Debian's prometheus in agent mode with the configuration that overlay ships
+(tests/support/edgeforwarder.py rewrites only targets, URL and paths), and Debian's prometheus
+as the receiver. The receiver is down for 60 s; the
 forwarder is restarted in the middle of the outage (a pod restart on a cut-off node); then the
 receiver comes back. The ground truth is wattprobe's own counter, read from its /metrics.
 """
@@ -25,6 +26,8 @@ from alerts.generate import RULES_FILE
 from tests.conftest import StartExporter
 from tests.monitoring.test_liveness import EDGE_GROUP, Catalogue, check_references
 from tests.support.edgeforwarder import (
+    PROMETHEUS_AGENT_OVERLAY,
+    VMAGENT_OVERLAY,
     Forwarder,
     Receiver,
     Shipped,
@@ -73,7 +76,7 @@ def _run(
     outage_s: float = OUTAGE_S,
     truncate_s: float | None = None,
 ) -> Run:
-    shipped = shipped_forwarder()
+    shipped = shipped_forwarder(PROMETHEUS_AGENT_OVERLAY)
     if truncate_s is not None:
         shipped = _fast_truncation(shipped, truncate_s)
     agent = exporter(*host.args(), "--interval", AGENT_INTERVAL)
@@ -240,35 +243,50 @@ def test_an_outage_longer_than_five_truncation_periods_loses_the_backlog(
     )
 
 
+# each forwarder, the rule group written for it, and the series of its own the group reads
+_ALERT_CASES = {
+    VMAGENT_OVERLAY: (
+        EDGE_GROUP,
+        {"vm_persistentqueue_bytes_pending", "vm_app_start_timestamp", "up"},
+    ),
+    PROMETHEUS_AGENT_OVERLAY: (
+        "wattprobe.edge-prometheus-agent.alerts",
+        {
+            "prometheus_agent_active_series",
+            "prometheus_remote_storage_highest_timestamp_in_seconds",
+            "prometheus_remote_storage_queue_highest_sent_timestamp_seconds",
+        },
+    ),
+}
+
+
 @pytest.mark.real
+@pytest.mark.slow
+@pytest.mark.parametrize("overlay", list(_ALERT_CASES))
 def test_the_edge_alerts_read_series_the_forwarder_delivers(
-    host: FixtureHost, exporter: StartExporter, tmp_path: Path
+    host: FixtureHost, exporter: StartExporter, tmp_path: Path, overlay: str
 ) -> None:
-    """Every edge alert parses at a receiver fed by the shipped forwarder, and every metric and
-    label it names is there (the forwarder's own series included): a renamed Prometheus metric
-    would leave an alert that can never fire."""
+    """Every edge alert written for a forwarder parses at a receiver fed by it as shipped, and
+    every metric and label it names is there (the forwarder's own series included): a renamed
+    vmagent or Prometheus metric would leave an alert that can never fire."""
+    group, wanted = _ALERT_CASES[overlay]
     edge = [
         r
         for g in yaml.safe_load(RULES_FILE.read_text())["groups"]
-        if g["name"] == EDGE_GROUP
+        if g["name"] == group
         for r in g["rules"]
     ]
-    assert edge, f"no rule group {EDGE_GROUP}"
+    assert edge, f"no rule group {group}"
     agent = exporter(*host.args(), "--interval", AGENT_INTERVAL)
     receiver = start_receiver(tmp_path / "receiver")
     forwarder = start_forwarder(
-        shipped_forwarder(),
+        shipped_forwarder(overlay),
         tmp_path / "forwarder",
         agent_port=agent.port,
         receiver_url=receiver.write_url,
         node=NODE,
     )
     try:
-        wanted = {
-            "prometheus_agent_active_series",
-            "prometheus_remote_storage_highest_timestamp_in_seconds",
-            "prometheus_remote_storage_queue_highest_sent_timestamp_seconds",
-        }
         wait_until(
             lambda: _newest_at_receiver(receiver) >= 0 and wanted <= receiver.api.metric_names(),
             60,

@@ -493,18 +493,19 @@ def test_ebpf_panels_show_the_gpu_client(stack: LiveStack) -> None:
 # -- rules ------------------------------------------------------------------------------------
 
 
-# The edge alerts read the edge forwarder's own series (prometheus_agent_*, remote storage),
-# which this stack has no forwarder for: tests/monitoring/test_edge_forwarding.py checks them
-# against a
-# receiver fed by the shipped forwarder.
+# The edge alerts read the edge forwarder's own series (vmagent's vm_persistentqueue_*, the
+# Prometheus agent's remote storage), which this stack has no forwarder for:
+# tests/monitoring/test_edge_forwarding.py checks each group against a receiver fed by its
+# forwarder.
 EDGE_GROUP = "wattprobe.edge.alerts"
+EDGE_GROUPS = {EDGE_GROUP, "wattprobe.edge-prometheus-agent.alerts"}
 
 
 def rules() -> list[dict[str, Any]]:
     return [
         r
         for g in yaml.safe_load(RULES_FILE.read_text())["groups"]
-        if g["name"] != EDGE_GROUP
+        if g["name"] not in EDGE_GROUPS
         for r in g["rules"]
     ]
 

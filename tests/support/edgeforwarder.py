@@ -1,17 +1,20 @@
-"""The shipped edge forwarder (overlays/kubeedge) run on loopback against a real receiver.
+"""The shipped edge forwarder run on loopback against a real receiver.
 
-The forwarder's prometheus.yml and flags are taken from what `kubectl kustomize
-deploy/overlays/kubeedge` renders; only what names the node's world is rewritten: the scrape
-targets (the agent and the forwarder itself on this machine's free ports), the remote-write URL
-(a local Prometheus with --web.enable-remote-write-receiver), the credentials file, the WAL and
-config paths. Everything else (intervals, queue settings, relabeling, external labels, the WAL
-bound) is the shipped configuration. Every process listens on 127.0.0.1 and is stopped by PID.
+Two forwarders ship: vmagent (overlays/kubeedge, the default: an on-disk queue that survives its
+own restart) and Prometheus in agent mode (overlays/kubeedge-prometheus-agent, the documented
+alternative). Each one's scrape configuration and flags are taken from what `kubectl kustomize`
+renders; only what names the node's world is rewritten: the scrape targets (the agent and the
+forwarder itself on this machine's free ports), the remote-write URL (a local receiver), the
+credentials file, the queue or WAL directory and the config path. Everything else (intervals,
+queue settings and bound, relabeling, node labels) is the shipped configuration. Every process
+listens on 127.0.0.1 and is stopped by PID.
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import re
 import subprocess
 import urllib.request
 from dataclasses import dataclass
@@ -28,50 +31,104 @@ from tests.support.wait import eventually
 
 EDGE_DAEMONSET = "wattprobe-edge"
 FORWARDER_CONTAINER = "forwarder"
-CONFIG_KEY = "prometheus.yml"
-# flags that name paths or addresses of the node: replaced, everything else is kept
-_LOCAL_FLAGS = ("--config.file=", "--storage.agent.path=", "--web.listen-address=")
+VMAGENT_OVERLAY = "kubeedge"  # the shipped default
+PROMETHEUS_AGENT_OVERLAY = "kubeedge-prometheus-agent"  # the documented alternative
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What differs between the two forwarders: binary, flag names, where each reads its
+    config and keeps its queue, and the flags that name the node's world (replaced here)."""
+
+    binary: str
+    config_flag: str
+    queue_flag: str
+    listen_flag: str
+    local_flags: tuple[str, ...]
+
+
+VMAGENT = Engine(
+    binary="vmagent",
+    config_flag="-promscrape.config",
+    queue_flag="-remoteWrite.tmpDataPath",
+    listen_flag="-httpListenAddr",
+    local_flags=(
+        "-promscrape.config=",
+        "-remoteWrite.tmpDataPath=",
+        "-httpListenAddr=",
+        "-remoteWrite.url=",
+        "-remoteWrite.bearerTokenFile=",
+    ),
+)
+PROMETHEUS_AGENT = Engine(
+    binary="prometheus",
+    config_flag="--config.file",
+    queue_flag="--storage.agent.path",
+    listen_flag="--web.listen-address",
+    local_flags=("--config.file=", "--storage.agent.path=", "--web.listen-address="),
+)
 
 
 @dataclass(frozen=True)
 class Shipped:
-    """The forwarder as overlays/kubeedge ships it."""
+    """A forwarder as an overlay ships it."""
 
-    config: dict[str, Any]  # prometheus.yml, parsed
+    engine: Engine
+    config: dict[str, Any]  # its scrape configuration (vmagent) or prometheus.yml, parsed
+    config_key: str  # the ConfigMap key it reads
     args: tuple[str, ...]  # the container's args
     env: dict[str, str]  # names of the container's env vars (values from the downward API)
+    image: str
+
+    @property
+    def is_vmagent(self) -> bool:
+        return self.engine is VMAGENT
 
 
-def shipped_forwarder() -> Shipped:
-    objs = build("kubeedge")
+def shipped_forwarder(overlay: str = VMAGENT_OVERLAY) -> Shipped:
+    objs = build(overlay)
     daemonset = one(objs, "DaemonSet", EDGE_DAEMONSET)
     pod = daemonset["spec"]["template"]["spec"]
     container = next(c for c in pod["containers"] if c["name"] == FORWARDER_CONTAINER)
+    engine = VMAGENT if "/vmagent:" in container["image"] else PROMETHEUS_AGENT
+    config_path = Path(flag_value(tuple(container["args"]), engine.config_flag))
     volume = next(
         v
         for v in pod["volumes"]
         if v["name"]
-        in {m["name"] for m in container["volumeMounts"] if m["mountPath"] == config_dir(container)}
+        in {
+            m["name"]
+            for m in container["volumeMounts"]
+            if m["mountPath"] == str(config_path.parent)
+        }
     )
     configmap = one(objs, "ConfigMap", volume["configMap"]["name"])
-    config = yaml.safe_load(configmap["data"][CONFIG_KEY])
+    config = yaml.safe_load(configmap["data"][config_path.name])
     env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container.get("env", [])}
-    return Shipped(config, tuple(container["args"]), env)
-
-
-def config_dir(container: dict[str, Any]) -> str:
-    flag = next(a for a in container["args"] if a.startswith("--config.file="))
-    return str(Path(flag.split("=", 1)[1]).parent)
+    return Shipped(
+        engine, config, config_path.name, tuple(container["args"]), env, container["image"]
+    )
 
 
 def flag_value(args: tuple[str, ...], name: str) -> str:
     return next(a.split("=", 1)[1] for a in args if a.startswith(f"{name}="))
 
 
+_SIZES = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "KB": 10**3, "MB": 10**6, "GB": 10**9}
+
+
+def parse_size(text: str) -> int:
+    """A VictoriaMetrics size flag's value in bytes ("2GiB", "500MB", "1024")."""
+    m = re.fullmatch(r"(\d+)(KiB|MiB|GiB|KB|MB|GB)?", text)
+    assert m, f"not a size: {text}"
+    return int(m.group(1)) * _SIZES.get(m.group(2) or "", 1)
+
+
 def loopback_config(
     shipped: Shipped, *, agent: str, forwarder: str, receiver_url: str, token_file: Path
 ) -> dict[str, Any]:
-    """The shipped prometheus.yml with targets, URL and credentials pointed at this machine."""
+    """The shipped configuration with targets (and for Prometheus URL and credentials) pointed
+    at this machine; vmagent takes those two as flags."""
     config = copy.deepcopy(shipped.config)
     targets = {"wattprobe": agent, "wattprobe-forwarder": forwarder}
     jobs = {job["job_name"] for job in config["scrape_configs"]}
@@ -80,6 +137,9 @@ def loopback_config(
         (static,) = job["static_configs"]
         assert len(static["targets"]) == 1 and static["targets"][0].startswith("127.0.0.1:")
         static["targets"] = [targets[job["job_name"]]]
+    if shipped.is_vmagent:
+        assert "remote_write" not in config, "vmagent takes its remote write from flags"
+        return config
     (remote,) = config["remote_write"]
     remote["url"] = receiver_url
     remote["authorization"]["credentials_file"] = str(token_file)
@@ -89,7 +149,7 @@ def loopback_config(
 @dataclass
 class Forwarder:
     daemon: Daemon
-    wal: Path
+    wal: Path  # the on-disk queue (vmagent) or WAL (Prometheus agent)
 
     def metrics(self) -> str:
         with urllib.request.urlopen(self.daemon.url + "/metrics", timeout=5) as resp:
@@ -99,15 +159,28 @@ class Forwarder:
     def stop(self) -> None:
         self.daemon.stop()
 
+    def kill(self) -> None:
+        """SIGKILL: an OOM kill or a power cut of the process (not of the disk)."""
+        self.daemon.proc.kill()
+        self.daemon.proc.wait(timeout=10)
+
 
 def start_forwarder(
-    shipped: Shipped, workdir: Path, *, agent_port: int, receiver_url: str, node: str
+    shipped: Shipped,
+    workdir: Path,
+    *,
+    agent_port: int,
+    receiver_url: str,
+    node: str,
+    port: int | None = None,
+    extra_args: tuple[str, ...] = (),
 ) -> Forwarder:
-    """Debian's prometheus with the shipped flags (agent mode) and the loopback config; the WAL
-    stays in workdir/wal across restarts, as the hostPath does on a node."""
-    binary = require_binary("prometheus")
+    """Debian's vmagent or prometheus (agent mode) with the shipped flags and the loopback
+    config; the queue stays in workdir/wal across restarts, as the hostPath does on a node.
+    `port`: the same one after a restart (the forwarder scrapes itself there)."""
+    binary = require_binary(shipped.engine.binary)
     workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = port or free_port()
     token = workdir / "token"
     token.write_text("edge-test-token\n")
     config = loopback_config(
@@ -117,18 +190,22 @@ def start_forwarder(
         receiver_url=receiver_url,
         token_file=token,
     )
-    config_path = workdir / "prometheus.yml"
+    engine = shipped.engine
+    config_path = workdir / shipped.config_key
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     wal = workdir / "wal"
     wal.mkdir(exist_ok=True)
-    args = [a for a in shipped.args if not a.startswith(_LOCAL_FLAGS)]
+    args = [a for a in shipped.args if not a.startswith(engine.local_flags)]
     argv = [
         binary,
         *args,
-        f"--config.file={config_path}",
-        f"--storage.agent.path={wal}",
-        f"--web.listen-address=127.0.0.1:{port}",
+        *extra_args,
+        f"{engine.config_flag}={config_path}",
+        f"{engine.queue_flag}={wal}",
+        f"{engine.listen_flag}=127.0.0.1:{port}",
     ]
+    if shipped.is_vmagent:
+        argv += [f"-remoteWrite.url={receiver_url}", f"-remoteWrite.bearerTokenFile={token}"]
     env = {**os.environ, **{name: node for name in shipped.env}}  # spec.nodeName
     log_path = workdir / f"forwarder-{port}.log"
     with log_path.open("ab") as log:
@@ -165,7 +242,11 @@ def start_receiver(workdir: Path, port: int | None = None) -> Receiver:
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     config = workdir / "receiver.yml"
-    config.write_text("global:\n  evaluation_interval: 15s\n")
+    # out_of_order_time_window: a forwarder replaying a backlog may deliver blocks out of order
+    # (docs/install.md, "Receivers"); without it Prometheus drops them
+    config.write_text(
+        "global:\n  evaluation_interval: 15s\nstorage:\n  tsdb:\n    out_of_order_time_window: 1d\n"
+    )
     data = workdir / "receiver-data"
     argv = [
         binary,
