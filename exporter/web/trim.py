@@ -10,7 +10,6 @@ for it (malloc_trim walks the heap: milliseconds on a 100 MiB heap).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 from collections.abc import Callable
 
@@ -20,11 +19,11 @@ TRIM_AFTER_CLOSED = 256
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's malloc_trim, or None where the C library has none (musl)."""
-    name = ctypes.util.find_library("c")
+    """glibc's malloc_trim, or None where the C library has none (musl). Looked up in the
+    process's own symbols: ctypes.util.find_library would run ldconfig, and the agent never
+    starts another program (tests/system/test_no_exec.py)."""
     try:
-        libc = ctypes.CDLL(name)
-        trim = libc.malloc_trim
+        trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError, TypeError):
         return None
     trim.argtypes = [ctypes.c_size_t]

@@ -54,7 +54,9 @@ from tests.support.promql import (
 )
 from tests.support.realparts import require_binary
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+# the live stack serves per-container series: three drill-down panels and the pod-name checks
+# read them (--collector.container)
+pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.container_series]
 
 COLLECT_S = float(os.environ.get("WATTPROBE_LIVENESS_SECONDS", "40"))
 

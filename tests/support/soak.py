@@ -28,7 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.fixturehost import FixtureHost
-from tests.support.running import ExporterProcess, Samples, parse_samples, start_exporter
+from tests.support.running import (
+    CONTAINER_SERIES,
+    ExporterProcess,
+    Samples,
+    parse_samples,
+    start_exporter,
+)
 
 WORKLOAD_PREFIXES = ("wattprobe_container_", "wattprobe_pod_", "wattprobe_process_")
 CLOCK_TICKS = 100
@@ -239,6 +245,8 @@ def running_exporter(
             "none",
         ],
         log_dir=log_dir,
+        # containers come and go as per-container series: the soak counts them there
+        test_args=CONTAINER_SERIES,
     )
     try:
         yield exporter
