@@ -104,10 +104,14 @@ class FixtureHost:
     def add_process(
         self, pid: int, comm: str, cgroup: str, *, start: int, utime: int = 0, flags: int = 0x400100
     ) -> None:
-        d = self.procfs / str(pid)
-        d.mkdir()
-        (d / "cgroup").write_text(cgroup)
-        write_atomic(d / "stat", stat_line(pid, comm, utime, 0, start=start, flags=flags))
+        # The process appears whole, as the kernel shows it: a running exporter that read the
+        # directory between its files (an empty cgroup file) would place it in the root cgroup
+        # and, with its cgroup cached, bill it there until the next recheck.
+        staging = self.procfs / f".{pid}.new"
+        staging.mkdir()
+        (staging / "cgroup").write_text(cgroup)
+        (staging / "stat").write_text(stat_line(pid, comm, utime, 0, start=start, flags=flags))
+        staging.rename(self.procfs / str(pid))
 
     def remove_process(self, pid: int) -> None:
         shutil.rmtree(self.procfs / str(pid))
