@@ -25,6 +25,9 @@ from tests.support.realparts import require_binary
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT_TESTS = sorted((REPO / "tests" / "alerts").glob("*.yml"))
+# Showback (docs/showback.md): recording rules no alert reads, tested by tests/alerts/showback.yml
+SHOWBACK_GROUP = "wattprobe.showback.rules"
+SHOWBACK_TESTS = REPO / "tests" / "alerts" / "showback.yml"
 RUNBOOKS = REPO / "docs" / "runbooks.md"
 
 SEVERITIES = {"critical", "warning", "info"}
@@ -115,16 +118,44 @@ def test_promtool_unit_tests_pass() -> None:
     assert result.stdout.count("SUCCESS") == len(UNIT_TESTS), result.stdout
 
 
+def _alert_unit_tests() -> list[Path]:
+    """The unit test files that test alerts: only they can notice a mutated alert."""
+    return [
+        t
+        for t in UNIT_TESTS
+        if yaml.safe_load(t.read_text()).get("tests")
+        and any(case.get("alert_rule_test") for case in yaml.safe_load(t.read_text())["tests"])
+    ]
+
+
 def _run_unit_tests_against(rules: list[dict[str, Any]], workdir: Path) -> bool:
-    """Run the unit tests against modified rules laid out like the repository."""
+    """Run the alert unit tests against modified rules laid out like the repository. The
+    showback group is left out: no alert reads it, and evaluating its rules in every file
+    made each run a third slower (docs/showback.md)."""
     (workdir / "alerts").mkdir(parents=True, exist_ok=True)
-    (workdir / "alerts" / RULES_FILE.name).write_text(yaml.safe_dump({"groups": rules}))
+    kept = [g for g in rules if g["name"] != SHOWBACK_GROUP]
+    (workdir / "alerts" / RULES_FILE.name).write_text(yaml.safe_dump({"groups": kept}))
     tests_dir = workdir / "tests" / "alerts"
     tests_dir.mkdir(parents=True, exist_ok=True)
-    for test in UNIT_TESTS:
+    tests = _alert_unit_tests()
+    for test in tests:
         shutil.copy(test, tests_dir / test.name)
-    result = promtool("test", "rules", *(str(tests_dir / t.name) for t in UNIT_TESTS))
+    result = promtool("test", "rules", *(str(tests_dir / t.name) for t in tests))
     return result.returncode == 0
+
+
+def test_mutation_runs_leave_out_only_what_no_alert_can_notice() -> None:
+    """The mutation check skips the recording-only test files and the showback group: that is
+    sound only while no alert reads a showback series and those files test no alert."""
+    showback = next(g for g in groups() if g["name"] == SHOWBACK_GROUP)
+    assert all("record" in r for r in showback["rules"])
+    for alert in alert_rules():
+        for rule in showback["rules"]:
+            assert rule["record"] not in alert["expr"], alert["alert"]
+    skipped = set(UNIT_TESTS) - set(_alert_unit_tests())
+    assert SHOWBACK_TESTS in skipped
+    for test in skipped:
+        assert "alert_rule_test" not in test.read_text(), test.name
 
 
 @pytest.mark.real
@@ -256,13 +287,25 @@ def test_recording_rules_follow_level_metric_operations() -> None:
         assert re.fullmatch(r"[a-z]+(?:_[a-z]+)*", level), rule["record"]
         assert metric.startswith("wattprobe_") and not metric.endswith("_total"), rule["record"]
         assert re.fullmatch(r"[a-z0-9_]+", operations), rule["record"]
-        # the level names the labels it keeps
+        # the level names the labels it keeps: the expression names them, or keeps them from
+        # a recorded series of that level (a showback cost is its kWh times a factor)
+        inherited = {
+            label
+            for read in re.findall(r"\b([a-z_]+):wattprobe_", rule["expr"])
+            for label in read.split("_")
+        }
         for label in level.split("_"):
-            assert re.search(rf"\b{label}\b", rule["expr"]), f"{rule['record']}: {label}"
+            assert label in inherited or re.search(rf"\b{label}\b", rule["expr"]), (
+                f"{rule['record']}: {label}"
+            )
 
 
 def test_recorded_power_never_sums_across_node_zones() -> None:
-    for rule in recording_rules():
+    """Power rules keep zones apart. Showback adds a pod's zone kinds, which do not overlap
+    (package, dram, gpu: docs/attribution.md), and sums node zones only after `and` with the
+    zone kinds split among workloads (test_showback_node_energy_counts_attributed_zones)."""
+    power = [r for g in groups() if g["name"] != SHOWBACK_GROUP for r in g["rules"]]
+    for rule in (r for r in power if "record" in r):
         for clause in re.findall(r"sum by \(([^)]*)\)", rule["expr"]):
             assert "zone" in [x.strip() for x in clause.split(",")], rule["record"]
 
@@ -298,3 +341,49 @@ def test_rules_render_for_another_job_and_runbook_location(tmp_path: Path) -> No
     assert result.returncode == 0, result.stdout + result.stderr
     wrapped = yaml.safe_load(prometheus_rule(rendered))
     assert wrapped["spec"]["groups"] == yaml.safe_load(rendered)["groups"]
+
+
+# -- showback ---------------------------------------------------------------------------------
+
+
+def showback_rules() -> dict[str, str]:
+    group = next(g for g in groups() if g["name"] == SHOWBACK_GROUP)
+    return {r["record"]: r["expr"] for r in group["rules"]}
+
+
+def test_every_showback_rule_is_checked_by_its_unit_tests() -> None:
+    cases = yaml.safe_load(SHOWBACK_TESTS.read_text())["tests"]
+    tested = {t["expr"].strip() for c in cases for t in c.get("promql_expr_test", [])}
+    assert set(showback_rules()) <= tested
+
+
+def test_showback_node_energy_counts_attributed_zones() -> None:
+    """Node zones overlap (package contains core): the node's IT energy counts the zone kinds
+    split among workloads (those of its system_processes pseudo-container) and its GPUs."""
+    expr = showback_rules()["node:wattprobe_node_energy_kwh:increase1h"]
+    assert re.search(
+        r"increase\(wattprobe_node_energy_joules_total\[1h\]\)\s+and on \([^)]*\bzone\)\s+"
+        r'wattprobe_container_energy_joules_total\{container="system_processes"\}',
+        expr,
+    )
+
+
+def test_idle_gpu_waste_reads_the_idle_alert_by_its_for() -> None:
+    """Idle waste counts the minutes WattprobeGpuIdleWhileAllocated fired: its expression and
+    `for` stay its only definition."""
+    alert = next(r for r in alert_rules() if r["alert"] == "WattprobeGpuIdleWhileAllocated")
+    assert alert["for"] == "1h"
+    expr = showback_rules()["namespace_pod:wattprobe_gpu_idle_hours:increase1h"]
+    assert 'ALERTS{alertname="WattprobeGpuIdleWhileAllocated", alertstate="firing"}' in expr
+    cases = yaml.safe_load(SHOWBACK_TESTS.read_text())
+    assert cases["group_eval_order"].index("wattprobe.gpu.alerts") < cases[
+        "group_eval_order"
+    ].index(SHOWBACK_GROUP)
+
+
+def test_costs_keep_their_currency() -> None:
+    """Never a sum across currencies: every cost rule that aggregates keeps currency."""
+    for record, expr in showback_rules().items():
+        if "cost" in record or "price" in record:
+            for clause in re.findall(r"sum by \(([^)]*)\)", expr):
+                assert "currency" in [x.strip() for x in clause.split(",")], record
