@@ -717,3 +717,67 @@ def test_alertmanager_delivers_the_firing_alerts_to_a_webhook(stack: LiveStack) 
         f"GPU {OFF_THE_BUS[0]} on gpu reported critical XID {OFF_THE_BUS[1]}."
     )
     assert xid["annotations"]["runbook_url"].endswith("/docs/runbooks.md#wattprobegpuxiderror")
+
+
+# -- showback ---------------------------------------------------------------------------------
+
+
+def test_showback_rules_price_the_live_fleet_by_its_factors(stack: LiveStack) -> None:
+    """The showback rules on real exporters and the factor series of
+    tests/support/livefactors.py: each node's own factors, no cost where no price, currencies
+    apart, namespaces and nodes the sums of their parts, idle waste for the idle GPU's holder."""
+    api = stack.api
+    # evaluated once at one instant, so every rule reads the same recorded samples
+    at = time.time() - 2 * SCRAPE_INTERVAL_S
+
+    def by(expr: str, *labels: str) -> dict[tuple[str, ...], float]:
+        return {
+            tuple(s["metric"].get(k, "") for k in labels): float(s["value"][1])
+            for s in api.query(expr, at=at)
+        }
+
+    pods = "namespace_pod:wattprobe_pod_energy_kwh:increase1h"
+    kwh = by(pods, "node", "namespace", "pod")
+    cost = by(
+        "namespace_pod:wattprobe_energy_cost:increase1h", "node", "namespace", "pod", "currency"
+    )
+    # gpu: PUE 1.25, 0.25 EUR; measured: PUE 1.5, 0.2 USD; sensorless: no PUE, 0.3 USD
+    factor = {
+        "gpu": ("EUR", 1.25 * 0.25),
+        "measured": ("USD", 1.5 * 0.2),
+        "sensorless": ("USD", 0.3),
+    }
+    assert {k[0] for k in cost} == set(factor)  # broken and the eBPF node have no price
+    for (node, namespace, pod, currency), value in cost.items():
+        assert currency == factor[node][0]
+        assert value == pytest.approx(kwh[(node, namespace, pod)] * factor[node][1], rel=1e-9)
+    # a namespace is the sum of its pods, per currency
+    spaces = by("namespace:wattprobe_energy_cost:increase1h", "namespace", "currency")
+    want: dict[tuple[str, ...], float] = {}
+    for (_node, namespace, _pod, currency), value in cost.items():
+        want[(namespace, currency)] = want.get((namespace, currency), 0.0) + value
+    assert spaces == pytest.approx(want, rel=1e-9)
+    # a node is its pods plus its overhead
+    nodes = by("node:wattprobe_energy_cost:increase1h", "node", "currency")
+    overhead = by("node:wattprobe_node_overhead_energy_cost:increase1h", "node", "currency")
+    for (node, currency), value in nodes.items():
+        parts = sum(v for k, v in cost.items() if k[0] == node) + overhead[(node, currency)]
+        assert value == pytest.approx(parts, rel=1e-9)
+    # carbon only where an intensity is set, on facility energy
+    carbon = by("node:wattprobe_carbon_grams:increase1h", "node")
+    facility = by("node:wattprobe_node_facility_energy_kwh:increase1h", "node")
+    assert set(carbon) == {("gpu",), ("measured",)}
+    assert carbon[("gpu",)] == pytest.approx(facility[("gpu",)] * 350, rel=1e-9)
+    # GPU allocation: the H100s by their model's price; idle waste only for the idle GPU's pod
+    gpu_cost = by("namespace_pod:wattprobe_gpu_allocation_cost:increase1h", "node", "pod", "gpu")
+    hours = by("namespace_pod:wattprobe_gpu_allocation_hours:increase1h", "node", "pod", "gpu")
+    assert {k[0] for k in gpu_cost} == {"gpu"}  # the A100 is in MIG mode: not priced
+    for key, value in gpu_cost.items():
+        assert value == pytest.approx(hours[key] * 2.5, rel=1e-9)
+    waste = by("namespace_pod:wattprobe_gpu_idle_waste_cost:increase1h", "node", "pod", "gpu")
+    assert set(waste) == {("gpu", pod_name(POD_IDLE), str(IDLE_GPU))}
+    assert (
+        0
+        < waste[("gpu", pod_name(POD_IDLE), str(IDLE_GPU))]
+        <= gpu_cost[("gpu", pod_name(POD_IDLE), str(IDLE_GPU))]
+    )

@@ -43,6 +43,8 @@ from tests.support import liveebpf
 from tests.support.ebpfparts import require_ebpf
 from tests.support.fixturehost import FixtureHost, write_atomic
 from tests.support.liveebpf import GpuClient, start_gpu_client
+from tests.support.livefactors import JOB as FACTORS_JOB
+from tests.support.livefactors import FactorServer
 from tests.support.livegpus import FakeGpus, build_library, h100_node, inject_faults, mig_node
 from tests.support.livekube import (
     POD_IDLE,
@@ -98,6 +100,11 @@ FIXTURE_ARGS = ("--activity-source", "procfs")
 # the healthy GPUs first (its first scrape comes a few seconds after it is ready: the scrape
 # manager applies new targets every 5 s).
 HEALTHY_FIRST_S = 3.0
+
+# The showback rules count GPU minutes at 1m steps over the past hour; the stack runs well
+# under a minute, so they count its seconds (value / 3600) instead.
+SHOWBACK_MINUTES = ("[3599999ms:1m]", ") / 60\n")
+SHOWBACK_SECONDS = (f"[3599999ms:{SCRAPE_INTERVAL_S}s]", f") / {3600 // SCRAPE_INTERVAL_S}\n")
 
 
 @dataclass
@@ -206,13 +213,29 @@ def live_rules(source: str) -> dict[str, Any]:
         for rule in group["rules"]:
             if "alert" in rule:
                 rule["for"] = LIVE_FOR
+            elif SHOWBACK_MINUTES[0] in rule["expr"]:
+                for minutes, seconds in zip(SHOWBACK_MINUTES, SHOWBACK_SECONDS, strict=True):
+                    assert rule["expr"].count(minutes) == 1, rule["record"]
+                    rule["expr"] = rule["expr"].replace(minutes, seconds)
     return doc
 
 
 def prometheus_config(
-    targets: dict[str, str], rules: Path, alertmanager: str, job: str = DEFAULT_JOB
+    targets: dict[str, str],
+    rules: Path,
+    alertmanager: str,
+    job: str = DEFAULT_JOB,
+    factors: str | None = None,
 ) -> dict[str, Any]:
-    """Scrape config as docs/monitoring.md asks for: honor_labels and a node target label."""
+    """Scrape config as docs/monitoring.md asks for: honor_labels and a node target label;
+    factors: the address serving the showback factor series (tests/support/livefactors.py)."""
+    factor_jobs = [
+        {
+            "job_name": FACTORS_JOB,
+            "honor_labels": True,  # each series carries its node
+            "static_configs": [{"targets": [factors]}],
+        }
+    ]
     return {
         "global": {
             "scrape_interval": f"{SCRAPE_INTERVAL_S}s",
@@ -229,7 +252,8 @@ def prometheus_config(
                     {"targets": [address], "labels": {"node": node}}
                     for node, address in sorted(targets.items())
                 ],
-            }
+            },
+            *(factor_jobs if factors else []),
         ],
     }
 
@@ -261,6 +285,7 @@ class LiveStack:
     gpu_client: GpuClient  # the eBPF node's ioctl-issuing process
     started: float  # unix time Prometheus began scraping
     faults_at: float = 0.0  # unix time the GPU node's XIDs and lost GPU happened
+    factors: FactorServer | None = None  # serves the showback factor series
     timings: dict[str, float] = field(default_factory=dict)
 
     def node(self, name: str) -> Node:
@@ -289,6 +314,7 @@ class LiveStack:
             self.prometheus.stop,
             self.alertmanager.stop,
             self.webhook.stop,
+            *((self.factors.stop,) if self.factors else ()),
             *(n.exporter.stop for n in self.nodes if n.exporter),
             self.kube.stop,
             self.gpu_client.stop,
@@ -409,6 +435,8 @@ def start_live_stack(
         _start_exporters(nodes, workdir, cleanup)
         webhook = WebhookReceiver.start()
         cleanup.callback(webhook.stop)
+        factors = FactorServer.start()
+        cleanup.callback(factors.stop)
         am_config = workdir / "alertmanager.yml"
         am_config.write_text(yaml.safe_dump(alertmanager_config(webhook.url)))
         alertmanager = start_alertmanager(alertmanager_bin, am_config, workdir)
@@ -420,7 +448,11 @@ def start_live_stack(
         targets["gone"] = f"127.0.0.1:{free_port()}"  # nothing listens there
         config = workdir / "prometheus.yml"
         config.write_text(
-            yaml.safe_dump(prometheus_config(targets, rules, f"127.0.0.1:{alertmanager.port}"))
+            yaml.safe_dump(
+                prometheus_config(
+                    targets, rules, f"127.0.0.1:{alertmanager.port}", factors=factors.address
+                )
+            )
         )
         t_ready = time.monotonic()
         prometheus = start_prometheus(prometheus_bin, config, workdir)
@@ -435,6 +467,7 @@ def start_live_stack(
         kube,
         gpu_client,
         started=time.time(),
+        factors=factors,
     )
     t_scraping = time.monotonic()
     stack.timings["start_s"] = t_scraping - t0
