@@ -30,6 +30,8 @@ PROMETHEUS_RULE_FILE = ALERTS_DIR / "prometheusrule.yaml"
 DEFAULT_JOB = "wattprobe"
 DEFAULT_RUNBOOK_BASE = "https://github.com/wattprobe/wattprobe/blob/main/docs/runbooks.md"
 RULE_NAME = "wattprobe"
+# the showback recording rules (docs/showback.md): hourly figures no alert reads
+SHOWBACK_GROUP = "wattprobe.showback.rules"
 RULE_LABELS = {"app.kubernetes.io/name": "wattprobe", "app.kubernetes.io/component": "rules"}
 
 

@@ -1,4 +1,4 @@
-"""The four wattprobe dashboards: cluster power, namespace/pod drill-down, GPU fleet, health.
+"""The wattprobe dashboards: cluster power, namespace/pod drill-down, GPU fleet, health, showback.
 
 Conventions every query follows (the tests check them):
 - every selector carries cluster="$cluster": the variable is hidden and empty on a single
@@ -36,6 +36,7 @@ from dashboards.grafana import (
     timeseries,
     value_map,
 )
+from dashboards.showback import Showback, showback_dashboard
 
 TAGS = ("wattprobe", "energy", "kubernetes")
 CRITICAL_XIDS = "48|63|64|74|79|94|95|119|120"  # as in the WattprobeGpuXidError alert
@@ -50,7 +51,12 @@ NODE_NAMESPACE_POWER = "node_namespace_zone:wattprobe_pod_energy_joules:sum_rate
 POD_ENERGY = "wattprobe_pod_energy_joules_total"
 IDLE_POWER = "wattprobe_idle_power_watts"
 J_PER_KWH = "3.6e6"
-BILLED_COLUMNS = {"Value #A": "Energy", "Value #B": "Active", "Value #C": "Idle"}
+BILLED_COLUMNS = {
+    "Value #A": "Energy",
+    "Value #B": "Active",
+    "Value #C": "Idle",
+    "Value #D": "Cost",
+}
 # joins a MIG instance's series to its profile (3g.20gb ...) and MIG device UUID
 MIG_PROFILE = (
     "* on (uuid, gpu_instance, compute_instance) group_left (profile, mig_uuid) "
@@ -89,7 +95,8 @@ def billed_energy(by: str, *matchers: str) -> list[Query]:
     """Pod energy over the dashboard's range in kWh, per `by`: all of it (A, what is billed), its
     active part (B) and the idle billed (C). B and C are 0, not missing, where a pod has no such
     series (a pod holding a GPU it never used has only idle), so every row has all three and
-    A = B + C."""
+    A = B + C. D is its cost per currency (dashboards/showback.py): none where the node has no
+    price."""
 
     def increase(mode: str) -> str:
         selector = sel(*matchers, 'mode="' + mode + '"')
@@ -103,7 +110,13 @@ def billed_energy(by: str, *matchers: str) -> list[Query]:
         )
 
     total = f"sum by ({by}) (increase({POD_ENERGY}{sel(*matchers)}[$__range])) / {J_PER_KWH}"
-    return [Query(total, instant=True, table=True), part("active", "idle"), part("idle", "active")]
+    cost = Showback(sel, pods=matchers).cost(by)
+    return [
+        Query(total, instant=True, table=True),
+        part("active", "idle"),
+        part("idle", "active"),
+        Query(cost, instant=True, table=True),
+    ]
 
 
 def idle_baseline(title: str, description: str, *matchers: str, gpu: bool) -> Panel:
@@ -363,7 +376,8 @@ def cluster_power(settings: Settings) -> JSON:
             "Energy billed to each namespace over the dashboard's time range, per zone kind, in "
             "kWh: the basis for billing teams. Energy = Active + Idle, Idle being the idle "
             "energy billed to its pods (the GPUs they hold; CPU idle where --attribution.idle "
-            "hands it out).",
+            "hands it out). Cost: Energy times each node's PUE and price per kWh, per currency "
+            "(docs/showback.md); none for nodes without a price.",
             billed_energy("namespace, zone"),
             "kwatth",
             width=24,
@@ -515,7 +529,8 @@ def pod_power(settings: Settings) -> JSON:
             "Pod energy, active and idle",
             "Energy billed to each selected pod over the dashboard's time range, per zone kind, "
             "in kWh: Energy = Active + Idle, Idle being the idle energy billed to it (the GPUs "
-            "it holds; CPU idle where --attribution.idle hands it out).",
+            "it holds; CPU idle where --attribution.idle hands it out). Cost: Energy times its "
+            "node's PUE and price per kWh, per currency (docs/showback.md).",
             billed_energy("pod, zone", 'namespace="$namespace"', 'pod=~"$pod"'),
             "kwatth",
             rename=BILLED_COLUMNS,
@@ -1087,11 +1102,21 @@ def exporter_health(settings: Settings) -> JSON:
     )
 
 
+# -- 5. showback ----------------------------------------------------------------------------
+
+
+def showback(settings: Settings) -> JSON:
+    """Cost, facility energy and carbon per namespace (dashboards/showback.py)."""
+    variables = [datasource_variable(), _cluster_variable(settings), _node_variable(settings)]
+    return showback_dashboard(sel, variables, TAGS)
+
+
 DASHBOARDS = {
     "cluster-power.json": cluster_power,
     "pod-power.json": pod_power,
     "gpu-fleet.json": gpu_fleet,
     "exporter-health.json": exporter_health,
+    "showback.json": showback,
 }
 
 

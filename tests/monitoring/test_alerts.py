@@ -16,6 +16,7 @@ from alerts.generate import (
     DEFAULT_RUNBOOK_BASE,
     PROMETHEUS_RULE_FILE,
     RULES_FILE,
+    SHOWBACK_GROUP,
     job_selector,
     prometheus_rule,
     render_rules,
@@ -26,7 +27,6 @@ from tests.support.realparts import require_binary
 REPO = Path(__file__).resolve().parents[2]
 UNIT_TESTS = sorted((REPO / "tests" / "alerts").glob("*.yml"))
 # Showback (docs/showback.md): recording rules no alert reads, tested by tests/alerts/showback.yml
-SHOWBACK_GROUP = "wattprobe.showback.rules"
 SHOWBACK_TESTS = REPO / "tests" / "alerts" / "showback.yml"
 RUNBOOKS = REPO / "docs" / "runbooks.md"
 

@@ -51,12 +51,13 @@ def requires_schema_tools() -> None:
 # -- generated and in sync --------------------------------------------------------------------
 
 
-def test_the_four_dashboards_exist() -> None:
+def test_the_five_dashboards_exist() -> None:
     assert set(COMMITTED) == {
         "cluster-power.json",
         "pod-power.json",
         "gpu-fleet.json",
         "exporter-health.json",
+        "showback.json",
     }
 
 
@@ -316,10 +317,16 @@ BILLED_INPUT = {
     # holds GPU 1 and never uses it: only idle, billed to it
     ("notebooks", "lab", "gpu", "1", "idle"): 36000,
 }
+# the node's showback factors (docs/showback.md): cost = Energy x PUE x price, in EUR
+BILLED_PUE, BILLED_PRICE_EUR = 1.25, 0.2
+# a second node priced in USD, its pod in namespace ml too: never added to the EUR cost
+USD_POD = ("ml", "api", "package", "", "active", 36000)  # 0.1 kWh over 10 minutes
+USD_ROW = (USD_POD[:5], USD_POD[5])
+BILLED_PRICE_USD = 0.5
 # kWh over 10 minutes: (namespace, zone) -> (Energy, Active, Idle)
 BILLED_NAMESPACES = {
     ("ml", "gpu"): (0.11, 0.1, 0.01),
-    ("ml", "package"): (0.035, 0.03, 0.005),
+    ("ml", "package"): (0.135, 0.13, 0.005),  # 0.1 of it on the USD node
     ("batch", "package"): (0.05, 0.05, 0.0),
     ("notebooks", "gpu"): (0.1, 0.0, 0.1),
 }
@@ -330,8 +337,13 @@ def _billed_panel(dashboard: str, title: str) -> dict[str, Any]:
     assert panel["type"] == "table"
     organize = next(t for t in panel["transformations"] if t["id"] == "organize")
     columns = organize["options"]["renameByName"]
-    assert columns == {"Value #A": "Energy", "Value #B": "Active", "Value #C": "Idle"}
-    assert [t["refId"] for t in panel["targets"]] == ["A", "B", "C"]
+    assert columns == {
+        "Value #A": "Energy",
+        "Value #B": "Active",
+        "Value #C": "Idle",
+        "Value #D": "Cost",
+    }
+    assert [t["refId"] for t in panel["targets"]] == ["A", "B", "C", "D"]
     return panel
 
 
@@ -351,6 +363,25 @@ def _promtool_case(
                 "values": f"0+{per_minute}x20",
             }
         )
+    namespace, pod, zone, _gpu, mode, per_minute = USD_POD
+    node_b = 'job="wattprobe",instance="10.0.0.2:28390",node="cpu-2"'
+    node_a = 'job="wattprobe",instance="10.0.0.1:28390",node="gpu-1"'
+    series += [
+        {
+            "series": f'wattprobe_pod_energy_joules_total{{{node_b},namespace="{namespace}",'
+            f'pod="{pod}",pod_uid="uid-{pod}",zone="{zone}",mode="{mode}"}}',
+            "values": f"0+{per_minute}x20",
+        },
+        {"series": f"wattprobe_node_pue{{{node_a}}}", "values": f"{BILLED_PUE}x20"},
+        {
+            "series": f'wattprobe_energy_price_per_kwh{{{node_a},currency="EUR"}}',
+            "values": f"{BILLED_PRICE_EUR}x20",
+        },
+        {
+            "series": f'wattprobe_energy_price_per_kwh{{{node_b},currency="USD"}}',
+            "values": f"{BILLED_PRICE_USD}x20",
+        },
+    ]
     return {
         "rule_files": [],
         "evaluation_interval": "1m",
@@ -393,8 +424,10 @@ def test_billed_energy_is_active_plus_billed_idle(
         t["refId"]: substitute(t["expr"], values)
         for t in _billed_panel(dashboard, title)["targets"]
     }
+    usd_key = USD_POD[:5]
     want: dict[tuple[str, ...], list[float]] = {}
-    for (namespace, pod, zone, _gpu, mode), per_minute in BILLED_INPUT.items():
+    priced: dict[tuple[str, ...], float] = {}  # (by, zone, currency) -> joules x PUE x price
+    for (namespace, pod, zone, gpu, mode), per_minute in [*BILLED_INPUT.items(), USD_ROW]:
         if variables.get("namespace", namespace) != namespace:
             continue
         key = (namespace if by == ("namespace",) else pod, zone)
@@ -402,15 +435,31 @@ def test_billed_energy_is_active_plus_billed_idle(
         acc = want.setdefault(key, [0.0, 0.0, 0.0])
         acc[0] += joules
         acc[1 if mode == "active" else 2] += joules
+        # the USD node has no PUE: its IT energy is priced
+        currency = "USD" if (namespace, pod, zone, gpu, mode) == usd_key else "EUR"
+        priced[(*key, currency)] = priced.get((*key, currency), 0.0) + joules
+    # in Prometheus's order of operations: joules (summed per node) x PUE x price / 3.6e6
+    cost = {
+        key: (j * BILLED_PUE * BILLED_PRICE_EUR if key[2] == "EUR" else j * BILLED_PRICE_USD)
+        / 3.6e6
+        for key, j in priced.items()
+    }
     want = {key: [j / 3.6e6 for j in acc] for key, acc in want.items()}
     if by == ("namespace",):
         assert set(want) == set(BILLED_NAMESPACES)
         for key, kwh in BILLED_NAMESPACES.items():
             assert want[key] == pytest.approx(list(kwh)), key
+        # never added across currencies
+        assert cost[("ml", "package", "EUR")] == pytest.approx(0.035 * 1.25 * 0.2)
+        assert cost[("ml", "package", "USD")] == pytest.approx(0.05)
     expected = {
         ref: [(f'{{{by[0]}="{key[0]}",zone="{key[1]}"}}', acc[i]) for key, acc in want.items()]
         for i, ref in enumerate("ABC")
     }
+    expected["D"] = [
+        (f'{{{by[0]}="{key[0]}",zone="{key[1]}",currency="{key[2]}"}}', value)
+        for key, value in cost.items()
+    ]
     test_file = tmp_path / "billing.yml"
     test_file.write_text(yaml.safe_dump(_promtool_case(exprs, expected)))
     result = subprocess.run(

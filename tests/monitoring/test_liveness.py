@@ -255,6 +255,7 @@ def dashboard_window(stack: LiveStack) -> tuple[tuple[float, float], dict[str, s
     builtins = {
         "__rate_interval": f"{4 * SCRAPE_INTERVAL_S}s",  # Grafana: max(interval+scrape, 4*scrape)
         "__interval": f"{SCRAPE_INTERVAL_S}s",  # the step of range queries (run_target)
+        "__interval_ms": f"{1000 * SCRAPE_INTERVAL_S}",
         "__range": f"{int(end - start)}s",
     }
     return (start, end), builtins

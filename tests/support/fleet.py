@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from alerts.generate import RULES_FILE
+from alerts.generate import RULES_FILE, SHOWBACK_GROUP
 from dashboards.generate import DASHBOARDS_DIR
 from tests.sources.gpu.nvml.build import build_fake_nvml
 from tests.sources.gpu.nvml.pods import H100_PODS, add_pods
@@ -71,6 +71,18 @@ WORKLOAD_FAMILIES = frozenset(
 )
 CPU_ZONES = {"package": 1.0, "dram": 0.1}  # a pod's watts per unit of its load, per zone kind
 GPU_ACTIVE_W, GPU_IDLE_W = 150.0, 60.0  # a GPU pod's billed GPU power, active and idle
+# the showback factors every node serves (--showback.*): PUE, EUR per kWh, gCO2e per kWh, and on
+# GPU nodes a price per GPU-hour for resource nvidia.com/gpu
+SHOWBACK_FACTORS = (
+    ("wattprobe_node_pue", {}, 1.2),
+    ("wattprobe_energy_price_per_kwh", {"currency": "EUR"}, 0.2),
+    ("wattprobe_carbon_intensity_grams_per_kwh", {}, 300.0),
+)
+GPU_HOUR_PRICE = (
+    "wattprobe_gpu_hour_price",
+    {"currency": "EUR", "resource": "nvidia.com/gpu"},
+    2.0,
+)
 ENERGY_FLOOR_W = 5.0  # node counters the fixture leaves at 0 still draw power in the fleet
 
 
@@ -162,6 +174,11 @@ class Fleet:
             if name == "wattprobe_node_energy_joules_total":
                 zone = labels["zone"]
                 self.node_power[zone] = self.node_power.get(zone, 0.0) + rate
+        for name, labels, value in (
+            *SHOWBACK_FACTORS,
+            *((GPU_HOUR_PRICE,) if template.gpus else ()),
+        ):
+            self._add(name, {**labels, **target}, value, 0.0)
         for name, value in (
             ("up", 1.0),
             ("scrape_duration_seconds", 0.02),
@@ -355,6 +372,9 @@ def recorded(series: list[Series], rules_text: str) -> list[Series]:
     for s in series:
         by_name.setdefault(s.name, []).append(s)
     for group in yaml.safe_load(rules_text)["groups"]:
+        if group["name"] == SHOWBACK_GROUP:
+            # hourly figures over the raw counters the fleet writes: no history needed
+            continue
         for rule in group["rules"]:
             if "record" not in rule:
                 continue
@@ -637,6 +657,7 @@ def grafana_builtins(window_s: float, step_s: float) -> dict[str, str]:
     return {
         "__rate_interval": f"{int(4 * step_s)}s",  # Grafana: max(interval + scrape, 4 * scrape)
         "__interval": f"{int(step_s)}s",
+        "__interval_ms": f"{int(step_s * 1000)}",
         "__range": f"{int(window_s)}s",
     }
 

@@ -29,7 +29,7 @@ KEYWORDS = frozenset(
 )
 
 # Grafana's built-in variables and what the liveness test substitutes for them
-GRAFANA_BUILTINS = frozenset({"__rate_interval", "__interval", "__range", "__all"})
+GRAFANA_BUILTINS = frozenset({"__rate_interval", "__interval", "__interval_ms", "__range", "__all"})
 
 
 @dataclass(frozen=True)
