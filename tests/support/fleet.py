@@ -583,13 +583,23 @@ def load(
         raise
 
 
+# the last rule of each recording group the fleet has data for: groups are evaluated apart
+LAST_RECORDED = (
+    "namespace_zone:wattprobe_pod_energy_joules:sum_rate5m",
+    "namespace:wattprobe_gpu_allocation_cost:increase1h",
+)
+
+
 def _wait_for_evaluation(api: PrometheusAPI, after_s: float, timeout_s: float) -> float:
-    """The time of the first evaluation of the last recording rule group after after_s."""
+    """The time by which every recording rule group has been evaluated once after after_s."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        got = api.query("max(timestamp(namespace_zone:wattprobe_pod_energy_joules:sum_rate5m))")
-        if got and float(got[0]["value"][1]) > after_s:
-            return float(got[0]["value"][1])
+        times = []
+        for rule in LAST_RECORDED:
+            got = api.query(f"max(timestamp({rule}))")
+            times.append(float(got[0]["value"][1]) if got else 0.0)
+        if min(times) > after_s:
+            return max(times)
         time.sleep(1.0)
     raise AssertionError(f"no rule evaluation after the tail within {timeout_s}s")
 
