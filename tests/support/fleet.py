@@ -73,12 +73,12 @@ CPU_ZONES = {"package": 1.0, "dram": 0.1}  # a pod's watts per unit of its load,
 GPU_ACTIVE_W, GPU_IDLE_W = 150.0, 60.0  # a GPU pod's billed GPU power, active and idle
 # the showback factors every node serves (--showback.*): PUE, EUR per kWh, gCO2e per kWh, and on
 # GPU nodes a price per GPU-hour for resource nvidia.com/gpu
-SHOWBACK_FACTORS = (
+SHOWBACK_FACTORS: tuple[tuple[str, dict[str, str], float], ...] = (
     ("wattprobe_node_pue", {}, 1.2),
     ("wattprobe_energy_price_per_kwh", {"currency": "EUR"}, 0.2),
     ("wattprobe_carbon_intensity_grams_per_kwh", {}, 300.0),
 )
-GPU_HOUR_PRICE = (
+GPU_HOUR_PRICE: tuple[str, dict[str, str], float] = (
     "wattprobe_gpu_hour_price",
     {"currency": "EUR", "resource": "nvidia.com/gpu"},
     2.0,
