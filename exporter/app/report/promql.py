@@ -1,0 +1,101 @@
+"""The report's PromQL over wattprobe's raw series (not the recording rules), evaluated at the end
+of one chunk (a UTC day) with the chunk's length as the range, kept per node so the node's
+factors (PUE, price, carbon intensity) apply before anything is summed across nodes."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+STEP = "1m"  # GPU hours are counted minute by minute
+STEP_MS = 60_000
+IDLE_UTILIZATION = "0.01"  # the WattprobeGpuIdleWhileAllocated alert's threshold
+
+
+def node_matcher(nodes: list[str]) -> str:
+    return (
+        'node=~"'
+        + "|".join(re.escape(n).replace("\\", "\\\\").replace('"', '\\"') for n in nodes)
+        + '"'
+    )
+
+
+@dataclass(frozen=True)
+class Queries:
+    """Every expression of one chunk: `selector` holds the user's matchers plus the node batch."""
+
+    selector: str
+    range_ms: int
+    idle_for_ms: int
+
+    def _sel(self, *extra: str) -> str:
+        return "{" + ", ".join(m for m in (self.selector, *extra) if m) + "}"
+
+    @property
+    def _range(self) -> str:
+        return f"[{self.range_ms}ms]"
+
+    @property
+    def _minutes(self) -> str:
+        # the chunk's minute points (start, end]: one short of the range, so the point at the
+        # start (the previous chunk's last) is not counted twice, under left-closed ranges
+        # (Prometheus 2) and left-open ones (3) alike
+        return f"[{self.range_ms - 1}ms:{STEP}]"
+
+    def pod_energy(self) -> str:
+        return f"sum by (node, namespace) (increase(wattprobe_pod_energy_joules_total{self._sel()}{self._range}))"
+
+    def node_energy(self) -> str:
+        return f"sum by (node, zone) (increase(wattprobe_node_energy_joules_total{self._sel()}{self._range}))"
+
+    def attributed_zones(self) -> str:
+        # zone kinds split among workloads: those with pod or container series (the
+        # pseudo-containers system_processes and kernel_processes are always served)
+        name = '__name__=~"wattprobe_(pod|container)_energy_joules_total"'
+        return f"count by (node, zone) (last_over_time({self._sel(name)}{self._range}))"
+
+    def gpu_energy(self) -> str:
+        return (
+            f"sum by (node) (increase(wattprobe_gpu_energy_joules_total{self._sel()}{self._range}))"
+        )
+
+    def factor(self, metric: str) -> str:
+        return f"avg by (node) (avg_over_time({metric}{self._sel()}{self._range}))"
+
+    def energy_price(self) -> str:
+        return f"avg by (node, currency) (avg_over_time(wattprobe_energy_price_per_kwh{self._sel()}{self._range}))"
+
+    def energy_price_samples(self) -> str:
+        return f"sum by (node, currency) (count_over_time(wattprobe_energy_price_per_kwh{self._sel()}{self._range}))"
+
+    def gpu_models(self) -> str:
+        return f"max by (node, uuid, model) (last_over_time(wattprobe_gpu_info{self._sel()}{self._range}))"
+
+    def gpu_hour_price(self) -> str:
+        return (
+            "avg by (node, currency, model, resource) "
+            f"(avg_over_time(wattprobe_gpu_hour_price{self._sel()}{self._range}))"
+        )
+
+    def _allocations(self) -> str:
+        return f"max by (node, namespace, pod, container, uuid) (wattprobe_gpu_allocation_info{self._sel()})"
+
+    def gpu_minutes(self) -> str:
+        """Minutes each (node, namespace, GPU) was allocated, one per pod holding it."""
+        return f"sum by (node, namespace, uuid) (count_over_time(({self._allocations()}){self._minutes}))"
+
+    def idle_gpu_minutes(self) -> str:
+        """Minutes of allocation while WattprobeGpuIdleWhileAllocated's condition had held for
+        its `for`: allocated, at most 1% busy over 5 minutes, at every minute of the last
+        idle_for."""
+        idle = (
+            f"{self._allocations()} * on (uuid) group_left () "
+            f"(max by (uuid) (max_over_time(wattprobe_gpu_utilization_ratio{self._sel()}[5m])) "
+            f"< {IDLE_UTILIZATION})"
+        )
+        points = self.idle_for_ms // STEP_MS
+        held = f"count_over_time(({idle})[{self.idle_for_ms - 1}ms:{STEP}]) >= {points}"
+        return f"sum by (node, namespace, uuid) (count_over_time(({held}){self._minutes}))"
+
+    def nodes(self) -> str:
+        return f"count by (node) (last_over_time(wattprobe_node_energy_joules_total{self._sel()}{self._range}))"
