@@ -51,20 +51,62 @@ def _target(job: str, node: str) -> Labels:
     return (("job", job), ("instance", f"{node}:28390"), ("node", node))
 
 
-def node_energy(node: str, zone: str, device: str, mode: str, watts: float, job: str = "wattprobe", **kw: int | tuple[int, int]) -> Series:
-    labels = (*_target(job, node), ("zone", zone), ("device", device), ("source", "rapl"), ("mode", mode))
+def node_energy(
+    node: str,
+    zone: str,
+    device: str,
+    mode: str,
+    watts: float,
+    job: str = "wattprobe",
+    **kw: int | tuple[int, int],
+) -> Series:
+    labels = (
+        *_target(job, node),
+        ("zone", zone),
+        ("device", device),
+        ("source", "rapl"),
+        ("mode", mode),
+    )
     return Series("wattprobe_node_energy_joules", "counter", labels, watts, **kw)  # type: ignore[arg-type]
 
 
-def pod_energy(node: str, namespace: str, pod: str, zone: str, watts: float, mode: str = "active", gpu: str = "", job: str = "wattprobe", **kw: int | tuple[int, int]) -> Series:
-    labels = (*_target(job, node), ("zone", zone), ("mode", mode), ("namespace", namespace), ("pod", pod), ("pod_uid", f"uid-{pod}"))
+def pod_energy(
+    node: str,
+    namespace: str,
+    pod: str,
+    zone: str,
+    watts: float,
+    mode: str = "active",
+    gpu: str = "",
+    job: str = "wattprobe",
+    **kw: int | tuple[int, int],
+) -> Series:
+    labels = (
+        *_target(job, node),
+        ("zone", zone),
+        ("mode", mode),
+        ("namespace", namespace),
+        ("pod", pod),
+        ("pod_uid", f"uid-{pod}"),
+    )
     if gpu:
         labels = (*labels, ("gpu", gpu))
     return Series("wattprobe_pod_energy_joules", "counter", labels, watts, **kw)  # type: ignore[arg-type]
 
 
-def system_energy(node: str, zone: str, watts: float, job: str = "wattprobe", **kw: int | tuple[int, int]) -> Series:
-    labels = (*_target(job, node), ("zone", zone), ("mode", "active"), ("container", "system_processes"), ("container_id", ""), ("namespace", ""), ("pod", ""), ("pod_uid", ""))
+def system_energy(
+    node: str, zone: str, watts: float, job: str = "wattprobe", **kw: int | tuple[int, int]
+) -> Series:
+    labels = (
+        *_target(job, node),
+        ("zone", zone),
+        ("mode", "active"),
+        ("container", "system_processes"),
+        ("container_id", ""),
+        ("namespace", ""),
+        ("pod", ""),
+        ("pod_uid", ""),
+    )
     return Series("wattprobe_container_energy_joules", "counter", labels, watts, **kw)  # type: ignore[arg-type]
 
 
@@ -88,17 +130,68 @@ def fleet() -> list[Series]:
         pod_energy("a", "beta", "b1", "package", 40),
         pod_energy("a", "alpha", "a2", "gpu", 150, gpu="0"),
         pod_energy("a", "beta", "b1", "gpu", 30, mode="idle", gpu="1"),
-        Series("wattprobe_gpu_energy_joules", "counter", (*_target("wattprobe", "a"), ("gpu", "0"), ("uuid", U0), ("mode", "active"), ("source", "nvml_energy")), 150),
-        Series("wattprobe_gpu_energy_joules", "counter", (*_target("wattprobe", "a"), ("gpu", "0"), ("uuid", U0), ("mode", "idle"), ("source", "nvml_energy")), 50),
-        Series("wattprobe_gpu_energy_joules", "counter", (*_target("wattprobe", "a"), ("gpu", "1"), ("uuid", U1), ("mode", "idle"), ("source", "nvml_energy")), 40),
+        Series(
+            "wattprobe_gpu_energy_joules",
+            "counter",
+            (
+                *_target("wattprobe", "a"),
+                ("gpu", "0"),
+                ("uuid", U0),
+                ("mode", "active"),
+                ("source", "nvml_energy"),
+            ),
+            150,
+        ),
+        Series(
+            "wattprobe_gpu_energy_joules",
+            "counter",
+            (
+                *_target("wattprobe", "a"),
+                ("gpu", "0"),
+                ("uuid", U0),
+                ("mode", "idle"),
+                ("source", "nvml_energy"),
+            ),
+            50,
+        ),
+        Series(
+            "wattprobe_gpu_energy_joules",
+            "counter",
+            (
+                *_target("wattprobe", "a"),
+                ("gpu", "1"),
+                ("uuid", U1),
+                ("mode", "idle"),
+                ("source", "nvml_energy"),
+            ),
+            40,
+        ),
         gauge("wattprobe_node_pue", "a", 1.5),
         gauge("wattprobe_energy_price_per_kwh", "a", 0.2, currency="EUR"),
         gauge("wattprobe_carbon_intensity_grams_per_kwh", "a", 300),
         gauge("wattprobe_gpu_hour_price", "a", 2.5, currency="EUR", model=H100, resource=""),
         gauge("wattprobe_gpu_info", "a", 1, gpu="0", uuid=U0, model=H100),
         gauge("wattprobe_gpu_info", "a", 1, gpu="1", uuid=U1, model=H100),
-        gauge("wattprobe_gpu_allocation_info", "a", 1, gpu="0", uuid=U0, namespace="alpha", pod="a2", container="train"),
-        gauge("wattprobe_gpu_allocation_info", "a", 1, gpu="1", uuid=U1, namespace="beta", pod="b1", container="notebook"),
+        gauge(
+            "wattprobe_gpu_allocation_info",
+            "a",
+            1,
+            gpu="0",
+            uuid=U0,
+            namespace="alpha",
+            pod="a2",
+            container="train",
+        ),
+        gauge(
+            "wattprobe_gpu_allocation_info",
+            "a",
+            1,
+            gpu="1",
+            uuid=U1,
+            namespace="beta",
+            pod="b1",
+            container="notebook",
+        ),
         gauge("wattprobe_gpu_utilization_ratio", "a", 0.5, gpu="0", uuid=U0),
         gauge("wattprobe_gpu_utilization_ratio", "a", 0, gpu="1", uuid=U1),
         # node b: PUE 1.2, 0.3 EUR/kWh, 100 g/kWh
@@ -146,7 +239,13 @@ def start_filled_prometheus(workdir: Path, series: list[Series]) -> Daemon:
     data.mkdir(parents=True)
     source = workdir / "fleet.om"
     source.write_text(openmetrics(series))
-    done = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(source), str(data)], capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(source), str(data)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     if done.returncode != 0:
         raise AssertionError(f"promtool failed: {done.stderr}")
     config = workdir / "prometheus.yml"
