@@ -212,7 +212,7 @@ def test_html_renders_in_chromium_without_console_errors(
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert struct.unpack(">II", data[16:24]) == (1200, 1800)
-    assert len(data) > 20_000  # text, table and bars: a blank page compresses to a few kB
+    assert len(data) > 50_000  # text, table and bars: a blank page of this size is 10 kB
 
 
 def test_png_for_chat(prometheus: Daemon, tmp_path: Path) -> None:
