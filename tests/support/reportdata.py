@@ -57,8 +57,9 @@ def node_energy(
     device: str,
     mode: str,
     watts: float,
+    *,
     job: str = "wattprobe",
-    **kw: int | tuple[int, int],
+    gap: tuple[int, int] | None = None,
 ) -> Series:
     labels = (
         *_target(job, node),
@@ -67,7 +68,7 @@ def node_energy(
         ("source", "rapl"),
         ("mode", mode),
     )
-    return Series("wattprobe_node_energy_joules", "counter", labels, watts, **kw)  # type: ignore[arg-type]
+    return Series("wattprobe_node_energy_joules", "counter", labels, watts, gap=gap)
 
 
 def pod_energy(
@@ -76,10 +77,11 @@ def pod_energy(
     pod: str,
     zone: str,
     watts: float,
+    *,
     mode: str = "active",
     gpu: str = "",
     job: str = "wattprobe",
-    **kw: int | tuple[int, int],
+    gap: tuple[int, int] | None = None,
 ) -> Series:
     labels = (
         *_target(job, node),
@@ -91,11 +93,16 @@ def pod_energy(
     )
     if gpu:
         labels = (*labels, ("gpu", gpu))
-    return Series("wattprobe_pod_energy_joules", "counter", labels, watts, **kw)  # type: ignore[arg-type]
+    return Series("wattprobe_pod_energy_joules", "counter", labels, watts, gap=gap)
 
 
 def system_energy(
-    node: str, zone: str, watts: float, job: str = "wattprobe", **kw: int | tuple[int, int]
+    node: str,
+    zone: str,
+    watts: float,
+    *,
+    job: str = "wattprobe",
+    gap: tuple[int, int] | None = None,
 ) -> Series:
     labels = (
         *_target(job, node),
@@ -107,7 +114,7 @@ def system_energy(
         ("pod", ""),
         ("pod_uid", ""),
     )
-    return Series("wattprobe_container_energy_joules", "counter", labels, watts, **kw)  # type: ignore[arg-type]
+    return Series("wattprobe_container_energy_joules", "counter", labels, watts, gap=gap)
 
 
 def gauge(family: str, node: str, value: float, job: str = "wattprobe", **labels: str) -> Series:

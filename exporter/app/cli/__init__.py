@@ -566,7 +566,7 @@ def top(from_url: str | None, interval_s: float | None, once: bool, **kw: Any) -
 
 def _idle_for(text: str) -> int:
     seconds = parse_duration(text)
-    if seconds < 60 or seconds % 60:  # noqa: PLR2004 (GPU hours are counted per minute)
+    if seconds < 60 or seconds % 60:
         raise ValueError(f"{text!r} must be whole minutes, at least 1m")
     return int(seconds)
 
@@ -595,7 +595,8 @@ def _report_period(text: str) -> Any:
     default="last-month",
     show_default=True,
     callback=_converter(_report_period),
-    help="last-month, this-month, YYYY-MM or YYYY-MM-DD..YYYY-MM-DD (UTC days, the end day included)",
+    help="last-month, this-month, YYYY-MM or YYYY-MM-DD..YYYY-MM-DD (UTC days, the end day "
+    "included)",
 )
 @click.option(
     "--out",
@@ -610,7 +611,8 @@ def _report_period(text: str) -> Any:
     default="csv",
     show_default=True,
     type=click.Choice(["csv", "html", "png"]),
-    help="csv (a spreadsheet), html (one self-contained page with plots), png (the plots, for chat; needs the 'report' extra)",
+    help="csv (a spreadsheet), html (one self-contained page with plots), png (the plots, for "
+    "chat; needs the 'report' extra)",
 )
 @click.option(
     "--selector",
@@ -646,7 +648,7 @@ def _report_period(text: str) -> Any:
     "--allow-partial", is_flag=True, help="write the report despite days without data, noting them"
 )
 def report_command(prometheus: str, out: Path, fmt: str, **kw: Any) -> None:
-    """Per-namespace energy, facility energy, cost, carbon and GPU hours over a period (docs/report.md).
+    """Energy, facility energy, cost, carbon and GPU hours per namespace (docs/report.md).
 
     Exit status: 0 written, 1 when Prometheus is unreachable, refuses a query or has partial
     data, 2 on a usage error.

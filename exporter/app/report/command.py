@@ -7,7 +7,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TextIO
 
@@ -46,17 +46,21 @@ def check_url(url: str) -> str:
 @contextmanager
 def _progress(total: int, stream: TextIO) -> Iterator[Callable[[str], None]]:
     """A rich progress bar on a terminal; nothing elsewhere (a pipe, a CI log)."""
-    if not stream.isatty():
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    if not tty:
         yield lambda _what: None
         return
     from rich.console import Console  # noqa: PLC0415 (only on a terminal)
-    from rich.progress import (
+    from rich.progress import (  # noqa: PLC0415
         BarColumn,
         MofNCompleteColumn,
         Progress,
         TextColumn,
         TimeRemainingColumn,
-    )  # noqa: PLC0415
+    )
 
     bar = Progress(
         TextColumn("querying Prometheus {task.description}"),
@@ -71,15 +75,16 @@ def _progress(total: int, stream: TextIO) -> Iterator[Callable[[str], None]]:
         yield lambda what: bar.update(task, advance=1, description=what)
 
 
-def build(options: Options, stream: TextIO = sys.stderr) -> Report:
+def build(options: Options, stream: TextIO | None = None) -> Report:
     client = Client(options.prometheus, options.timeout_s)
     plan = Plan(options.selector, options.nodes_per_query, options.idle_for_s * 1000)
     nodes = list_nodes(client, plan, options.period)
     days = options.period.days()
     batches = -(-len(nodes) // options.nodes_per_query)
-    with _progress(len(days) * batches, stream) as advance:
+    # stderr when called, not when imported (tests swap it)
+    with _progress(len(days) * batches, stream or sys.stderr) as advance:
         chunks = fetch(client, plan, options.period, nodes, advance)
-    present: dict = {}
+    present: dict[date, frozenset[str]] = {}
     for chunk in chunks:
         present[chunk.day] = present.get(chunk.day, frozenset()) | chunk.nodes
     problems = missing_days([d.date() for d, _ in days], present)
@@ -93,7 +98,7 @@ def build(options: Options, stream: TextIO = sys.stderr) -> Report:
     return report
 
 
-def run(options: Options, stream: TextIO = sys.stderr, now: datetime | None = None) -> Report:
+def run(options: Options, stream: TextIO | None = None, now: datetime | None = None) -> Report:
     report = build(options, stream)
     made = now or datetime.now(UTC)
     try:

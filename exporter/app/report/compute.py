@@ -182,17 +182,13 @@ class Report:
 
 
 def gpu_price(chunk: Chunk, node: str, uuid: str) -> dict[str, Fraction]:
-    """A GPU's price per hour by currency: the entry for its model, else the whole-GPU resource's."""
+    """A GPU's price per hour by currency: its model's entry, else the whole-GPU resource's."""
     entries = chunk.gpu_prices.get(node, ())
     model = chunk.gpu_model.get((node, uuid))
-    for want in (
-        lambda p: model is not None and p.model == model,
-        lambda p: p.resource == WHOLE_GPU_RESOURCE,
-    ):
-        found = {p.currency: p.per_hour for p in entries if want(p)}
-        if found:
-            return found
-    return {}
+    by_model = {p.currency: p.per_hour for p in entries if model is not None and p.model == model}
+    if by_model:
+        return by_model
+    return {p.currency: p.per_hour for p in entries if p.resource == WHOLE_GPU_RESOURCE}
 
 
 def _energy_into(
@@ -324,4 +320,4 @@ def missing_days(days: list[date], present: Mapping[date, frozenset[str]]) -> li
 
 def _days_text(days: list[date]) -> str:
     shown = ", ".join(str(d) for d in days[:5])
-    return shown + (f" and {len(days) - 5} more days" if len(days) > 5 else "")  # noqa: PLR2004
+    return shown + (f" and {len(days) - 5} more days" if len(days) > 5 else "")

@@ -11,7 +11,7 @@ from exporter.app.report.compute import Report, Row
 
 
 def decimal(value: Fraction, places: int) -> str:
-    """value rounded half-even to `places` decimals, from the exact fraction (no float on the way)."""
+    """value rounded half-even to `places` decimals, from the exact fraction (no float)."""
     with localcontext() as ctx:
         ctx.prec = 60
         exact = Decimal(value.numerator) / Decimal(value.denominator)
@@ -31,15 +31,17 @@ class Column:
     value: Callable[[Row], Fraction]
 
 
+def _per(currency: str, amounts: Callable[[Row], dict[str, Fraction]]) -> Callable[[Row], Fraction]:
+    return lambda r: amounts(r).get(currency, Fraction(0))
+
+
 def columns(report: Report) -> list[Column]:
     cols = [
         Column("kwh", "Energy (kWh)", 6, lambda r: r.kwh),
-        Column("facility_kwh", "Facility energy (kWh, × PUE)", 6, lambda r: r.facility_kwh),
+        Column("facility_kwh", "Facility energy (kWh, x PUE)", 6, lambda r: r.facility_kwh),
     ]
     for c in report.currencies:
-        cols.append(
-            Column(f"cost_{c}", f"Energy cost ({c})", 4, lambda r, c=c: r.cost.get(c, Fraction(0)))
-        )
+        cols.append(Column(f"cost_{c}", f"Energy cost ({c})", 4, _per(c, lambda r: r.cost)))
     cols += [
         Column("carbon_kg", "Carbon (kg CO2e)", 6, lambda r: r.carbon_g / 1000),
         Column(
@@ -48,11 +50,7 @@ def columns(report: Report) -> list[Column]:
         Column("gpu_hours", "GPU hours allocated", 4, lambda r: r.gpu_hours),
     ]
     for c in report.currencies:
-        cols.append(
-            Column(
-                f"gpu_cost_{c}", f"GPU cost ({c})", 4, lambda r, c=c: r.gpu_cost.get(c, Fraction(0))
-            )
-        )
+        cols.append(Column(f"gpu_cost_{c}", f"GPU cost ({c})", 4, _per(c, lambda r: r.gpu_cost)))
     cols.append(Column("idle_gpu_hours", "Idle GPU hours", 4, lambda r: r.idle_gpu_hours))
     for c in report.currencies:
         cols.append(
@@ -60,7 +58,7 @@ def columns(report: Report) -> list[Column]:
                 f"idle_gpu_cost_{c}",
                 f"Idle GPU cost ({c})",
                 4,
-                lambda r, c=c: r.idle_gpu_cost.get(c, Fraction(0)),
+                _per(c, lambda r: r.idle_gpu_cost),
             )
         )
     cols.append(

@@ -42,7 +42,7 @@ def render_html(report: Report, period: Period, source: str, made: datetime) -> 
     plots = plot_data(report)
     figures = [
         bars("Energy per namespace", plots.energy, "kWh"),
-        bars("Facility energy per namespace (× PUE)", plots.facility, "kWh"),
+        bars("Facility energy per namespace (x PUE)", plots.facility, "kWh"),
         stacked_days("Daily energy", plots.days, plots.trend, "kWh"),
         bars("Idle GPU hours (allocated, idle for the alert's duration)", plots.idle_hours, "h"),
         bars("Idle GPU cost", plots.idle_cost, ""),
@@ -55,9 +55,10 @@ def render_html(report: Report, period: Period, source: str, made: datetime) -> 
 <style>{STYLE}</style></head>
 <body>
 <h1>Energy and cost per namespace, {escape(period.label)}</h1>
-<p>From {period.start:%Y-%m-%d %H:%M} to {period.end:%Y-%m-%d %H:%M} UTC, read from {escape(source)}
-on {made:%Y-%m-%d %H:%M} UTC. Node energy measured: {decimal(report.node_energy_j / 3_600_000, 6)} kWh,
-the sum of every row: "(node)" is what stays on the nodes (idle, system and kernel work).</p>
+<p>From {period.start:%Y-%m-%d %H:%M} to {period.end:%Y-%m-%d %H:%M} UTC, read from
+{escape(source)} on {made:%Y-%m-%d %H:%M} UTC. Node energy measured:
+{decimal(report.node_energy_j / 3_600_000, 6)} kWh, the sum of every row: "(node)" is what
+stays on the nodes (idle, system and kernel work).</p>
 <table><thead><tr><th>Namespace</th>{head}</tr></thead><tbody>
 {"".join(body)}
 </tbody></table>

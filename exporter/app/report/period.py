@@ -61,7 +61,7 @@ def parse_period(text: str, now: datetime) -> Period:
         return Period(this_month, end, f"{this_month:%Y-%m} to {end:%Y-%m-%d %H:%M} UTC")
     if m := MONTH_RE.match(text):
         year, month = int(m[1]), int(m[2])
-        if not 1 <= month <= 12:  # noqa: PLR2004 (months)
+        if not 1 <= month <= 12:
             raise ValueError(f"{text!r}: no month {month}")
         start = _month_start(year, month)
         return _not_future(Period(start, _next_month(start), text), now)

@@ -29,7 +29,9 @@ def write_png(report: Report, period: Period, path: Path) -> None:
         fig.suptitle(f"wattprobe report {period.label}")
         labels = [n for n, _ in plots.energy]
         # facility first, IT over it: the lighter part of each bar is the overhead
-        ax_ns.barh(labels, [v for _, v in plots.facility], color="#E69F00", label="facility (× PUE)")
+        ax_ns.barh(
+            labels, [v for _, v in plots.facility], color="#E69F00", label="facility (x PUE)"
+        )
         ax_ns.barh(labels, [v for _, v in plots.energy], color="#0072B2", label="IT")
         ax_ns.invert_yaxis()
         ax_ns.set_xlabel("kWh")

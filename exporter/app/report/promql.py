@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 STEP = "1m"  # GPU hours are counted minute by minute
 STEP_MS = 60_000
+PRICE = "wattprobe_energy_price_per_kwh"
 IDLE_UTILIZATION = "0.01"  # the WattprobeGpuIdleWhileAllocated alert's threshold
 
 
@@ -42,11 +43,15 @@ class Queries:
         # (Prometheus 2) and left-open ones (3) alike
         return f"[{self.range_ms - 1}ms:{STEP}]"
 
+    def _over(self, by: str, agg: str, fn: str, metric: str) -> str:
+        """`agg by (by) (fn(metric{selector}[chunk]))`."""
+        return f"{agg} by ({by}) ({fn}({metric}{self._sel()}{self._range}))"
+
     def pod_energy(self) -> str:
-        return f"sum by (node, namespace) (increase(wattprobe_pod_energy_joules_total{self._sel()}{self._range}))"
+        return self._over("node, namespace", "sum", "increase", "wattprobe_pod_energy_joules_total")
 
     def node_energy(self) -> str:
-        return f"sum by (node, zone) (increase(wattprobe_node_energy_joules_total{self._sel()}{self._range}))"
+        return self._over("node, zone", "sum", "increase", "wattprobe_node_energy_joules_total")
 
     def attributed_zones(self) -> str:
         # zone kinds split among workloads: those with pod or container series (the
@@ -55,21 +60,19 @@ class Queries:
         return f"count by (node, zone) (last_over_time({self._sel(name)}{self._range}))"
 
     def gpu_energy(self) -> str:
-        return (
-            f"sum by (node) (increase(wattprobe_gpu_energy_joules_total{self._sel()}{self._range}))"
-        )
+        return self._over("node", "sum", "increase", "wattprobe_gpu_energy_joules_total")
 
     def factor(self, metric: str) -> str:
-        return f"avg by (node) (avg_over_time({metric}{self._sel()}{self._range}))"
+        return self._over("node", "avg", "avg_over_time", metric)
 
     def energy_price(self) -> str:
-        return f"avg by (node, currency) (avg_over_time(wattprobe_energy_price_per_kwh{self._sel()}{self._range}))"
+        return self._over("node, currency", "avg", "avg_over_time", PRICE)
 
     def energy_price_samples(self) -> str:
-        return f"sum by (node, currency) (count_over_time(wattprobe_energy_price_per_kwh{self._sel()}{self._range}))"
+        return self._over("node, currency", "sum", "count_over_time", PRICE)
 
     def gpu_models(self) -> str:
-        return f"max by (node, uuid, model) (last_over_time(wattprobe_gpu_info{self._sel()}{self._range}))"
+        return self._over("node, uuid, model", "max", "last_over_time", "wattprobe_gpu_info")
 
     def gpu_hour_price(self) -> str:
         return (
@@ -78,11 +81,13 @@ class Queries:
         )
 
     def _allocations(self) -> str:
-        return f"max by (node, namespace, pod, container, uuid) (wattprobe_gpu_allocation_info{self._sel()})"
+        by = "node, namespace, pod, container, uuid"
+        return f"max by ({by}) (wattprobe_gpu_allocation_info{self._sel()})"
 
     def gpu_minutes(self) -> str:
         """Minutes each (node, namespace, GPU) was allocated, one per pod holding it."""
-        return f"sum by (node, namespace, uuid) (count_over_time(({self._allocations()}){self._minutes}))"
+        held = self._allocations()
+        return f"sum by (node, namespace, uuid) (count_over_time(({held}){self._minutes}))"
 
     def idle_gpu_minutes(self) -> str:
         """Minutes of allocation while WattprobeGpuIdleWhileAllocated's condition had held for
@@ -98,4 +103,4 @@ class Queries:
         return f"sum by (node, namespace, uuid) (count_over_time(({held}){self._minutes}))"
 
     def nodes(self) -> str:
-        return f"count by (node) (last_over_time(wattprobe_node_energy_joules_total{self._sel()}{self._range}))"
+        return self._over("node", "count", "last_over_time", "wattprobe_node_energy_joules_total")

@@ -4,7 +4,6 @@ request, and every failure turned into one ReportError line naming the URL and t
 from __future__ import annotations
 
 import json
-import socket
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -23,7 +22,7 @@ class PartialData(ReportError):
 @dataclass(frozen=True)
 class Sample:
     labels: dict[str, str]
-    # exact: Prometheus sends values as decimal strings, so 0.2 EUR stays 0.2, not 0.2000000000000000111
+    # exact: Prometheus sends decimal strings, so 0.2 EUR stays 0.2, not 0.2000000000000000111
     value: Fraction
 
 
@@ -39,11 +38,12 @@ class Client:
             raise ReportError(
                 f"Prometheus at {self.url} answered a {data.get('resultType')} for {expr!r}"
             )
-        return [_sample(r) for r in data.get("result", [])]
+        result = data.get("result")
+        return [_sample(r) for r in result] if isinstance(result, list) else []
 
     def _call(self, path: str, params: dict[str, str]) -> dict[str, object]:
         body = urllib.parse.urlencode(params).encode()
-        request = urllib.request.Request(
+        request = urllib.request.Request(  # noqa: S310 (http or https: command.check_url)
             self.url.rstrip("/") + path,
             data=body,
             method="POST",
@@ -60,9 +60,10 @@ class Client:
                     f"Prometheus at {self.url} answered HTTP {err.code} {err.reason}"
                 ) from None
             raise ReportError(
-                f"Prometheus at {self.url} refused a query: {answer.get('errorType')}: {answer.get('error')}"
+                f"Prometheus at {self.url} refused a query: "
+                f"{answer.get('errorType')}: {answer.get('error')}"
             ) from None
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             raise ReportError(
                 f"Prometheus at {self.url} did not answer within {self.timeout_s:g}s (--timeout)"
             ) from None
@@ -81,9 +82,8 @@ class Client:
             )
         warnings = answer.get("warnings")
         if warnings:
-            raise PartialData(
-                f"Prometheus at {self.url} warned the answer may be partial: {'; '.join(map(str, warnings))}"
-            )
+            said = "; ".join(map(str, warnings)) if isinstance(warnings, list) else str(warnings)
+            raise PartialData(f"Prometheus at {self.url} warned the answer may be partial: {said}")
         data = answer.get("data")
         if not isinstance(data, dict):
             raise ReportError(f"{self.url} answered without data")
@@ -102,7 +102,7 @@ def _sample(result: object) -> Sample:
     if not isinstance(result, dict):
         raise ReportError(f"unexpected result in a Prometheus answer: {result!r:.80}")
     value = result.get("value")
-    if not (isinstance(value, list) and len(value) == 2):  # noqa: PLR2004 ([time, "value"])
+    if not (isinstance(value, list) and len(value) == 2):
         raise ReportError(f"unexpected sample in a Prometheus answer: {value!r:.80}")
     try:
         number = Fraction(str(value[1]))

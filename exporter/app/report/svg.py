@@ -14,7 +14,7 @@ LABEL_W = 200
 
 
 def _num(value: float) -> str:
-    return f"{value:,.2f}" if abs(value) < 1000 else f"{value:,.0f}"  # noqa: PLR2004
+    return f"{value:,.2f}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
 def bars(title: str, items: list[tuple[str, float]], unit: str) -> str:
@@ -24,14 +24,15 @@ def bars(title: str, items: list[tuple[str, float]], unit: str) -> str:
     room = WIDTH - LABEL_W - 120
     parts = [_head(title, height)]
     if not items:
-        parts.append(f'<text x="10" y="50" class="note">nothing in this period</text>')
+        parts.append('<text x="10" y="50" class="note">nothing in this period</text>')
     for i, (label, value) in enumerate(items):
         y = 40 + i * BAR_H
         w = max(value, 0.0) / top * room
         parts.append(
             f'<text x="{LABEL_W - 8}" y="{y + 15}" text-anchor="end">{escape(label)}</text>'
             f'<rect x="{LABEL_W}" y="{y + 3}" width="{w:.1f}" height="{BAR_H - 6}" '
-            f'fill="{NODE_COLOUR if label.startswith("(") else PALETTE[0]}"><title>{escape(label)}: '
+            f'fill="{NODE_COLOUR if label.startswith("(") else PALETTE[0]}">'
+            f"<title>{escape(label)}: "
             f"{_num(value)} {escape(unit)}</title></rect>"
             f'<text x="{LABEL_W + w + 6:.1f}" y="{y + 15}">{_num(value)} {escape(unit)}</text>'
         )
@@ -62,12 +63,14 @@ def stacked_days(
             y -= h
             colour = NODE_COLOUR if name.startswith("(") else PALETTE[j % len(PALETTE)]
             parts.append(
-                f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{max(step - 2, 1):.1f}" height="{h:.1f}" '
-                f'fill="{colour}"><title>{escape(day)} {escape(name)}: {_num(values[i])} {escape(unit)}</title></rect>'
+                f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{max(step - 2, 1):.1f}" '
+                f'height="{h:.1f}" fill="{colour}"><title>{escape(day)} {escape(name)}: '
+                f"{_num(values[i])} {escape(unit)}</title></rect>"
             )
-        if len(days) <= 12 or i % max(len(days) // 8, 1) == 0:  # noqa: PLR2004 (label every day when they fit)
+        if len(days) <= 12 or i % max(len(days) // 8, 1) == 0:
             parts.append(
-                f'<text x="{x + step / 2:.1f}" y="{40 + plot_h + 16}" text-anchor="middle">{escape(day[5:])}</text>'
+                f'<text x="{x + step / 2:.1f}" y="{40 + plot_h + 16}" text-anchor="middle">'
+                f"{escape(day[5:])}</text>"
             )
     for j, (name, _) in enumerate(series):
         x, y = 10 + (j % 4) * 185, 40 + plot_h + bottom + 20 * (j // 4)

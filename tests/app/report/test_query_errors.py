@@ -76,7 +76,7 @@ def test_warnings_are_partial_data(server: tuple[str, list[Answer]]) -> None:
     answers.append(
         Answer(200, json.dumps({**OK_EMPTY, "warnings": ["remote store eu-2 timed out"]}).encode())
     )
-    with pytest.raises(PartialData, match="may be partial: remote store eu-2 timed out$"):
+    with pytest.raises(PartialData, match=r"may be partial: remote store eu-2 timed out$"):
         Client(url, 5).instant("up", 0)
 
 
@@ -90,7 +90,7 @@ def test_prometheus_error_answer(server: tuple[str, list[Answer]]) -> None:
     answers.append(Answer(422, json.dumps(body).encode()))
     with pytest.raises(
         ReportError,
-        match="refused a query: execution: query processing would load too many samples$",
+        match=r"refused a query: execution: query processing would load too many samples$",
     ):
         Client(url, 5).instant("up", 0)
 

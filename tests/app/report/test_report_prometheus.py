@@ -28,9 +28,12 @@ the first such minute is 00:59 and day one has 1440 - 58 = 1382, day two 1440: 2
 
 from __future__ import annotations
 
+import os
+import pty
 import re
 import struct
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -221,3 +224,51 @@ def test_png_for_chat(prometheus: Daemon, tmp_path: Path) -> None:
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert struct.unpack(">II", data[16:24]) == (900, 1200)  # 9 x 12 in at 100 dpi
+
+
+def test_node_batches_give_the_same_figures(prometheus: Daemon, tmp_path: Path) -> None:
+    out = tmp_path / "r.csv"
+    assert report(prometheus, "--period", PERIOD, "--nodes-per-query", "1", "--out", str(out)) == 0
+    assert out.read_text() == EXPECTED_CSV
+
+
+def test_progress_bar_on_a_terminal(prometheus: Daemon, tmp_path: Path) -> None:
+    """On a terminal (a pty here) rich draws a bar per chunk: 2 days x 3 node batches."""
+    main_fd, tty_fd = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                "report",
+                "--prometheus",
+                prometheus.url,
+                "--period",
+                PERIOD,
+                "--nodes-per-query",
+                "1",
+                "--out",
+                str(tmp_path / "r.csv"),
+            ],
+            stderr=tty_fd,
+            stdout=subprocess.DEVNULL,
+            env={**os.environ, "COLUMNS": "120", "TERM": "xterm"},
+        )
+        os.close(tty_fd)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(main_fd, 4096)
+            except OSError:  # the pty closes when the process ends
+                break
+            if not chunk:
+                break
+            seen += chunk
+        assert proc.wait(timeout=60) == 0
+    finally:
+        os.close(main_fd)
+    text = seen.decode(errors="replace")
+    assert "querying Prometheus" in text
+    assert "6/6" in text  # the bar's final state, drawn before it is cleared
+    assert "2025-03-02, nodes 3/3" in text
