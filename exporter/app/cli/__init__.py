@@ -661,7 +661,7 @@ def report_command(prometheus: str, out: Path, fmt: str, **kw: Any) -> None:
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--prometheus'") from None
     try:
-        run(
+        done = run(
             Options(
                 url,
                 kw["period"],
@@ -676,6 +676,9 @@ def report_command(prometheus: str, out: Path, fmt: str, **kw: Any) -> None:
         )
     except ReportError as exc:
         raise click.ClickException(str(exc)) from None
+    # what the figures leave out (nodes without a price, PUE...): the HTML page shows them too
+    for note in done.notes:
+        click.echo(f"wattprobe: note: {note}", err=True)
 
 
 report_command.name = "report"

@@ -107,8 +107,19 @@ def weighted_prices(
     return dict(out)
 
 
-def parse_chunk(day: date, answers: Mapping[str, list[Sample]]) -> Chunk:
+def _cluster_node(sample: Sample) -> Sample:
+    """The node key as "cluster/node" where the series has a cluster label (multi-cluster)."""
+    cluster = sample.labels.get("cluster", "")
+    if not cluster:
+        return sample
+    return Sample(
+        {**sample.labels, "node": f"{cluster}/{sample.labels.get('node', '')}"}, sample.value
+    )
+
+
+def parse_chunk(day: date, raw: Mapping[str, list[Sample]]) -> Chunk:
     """A Chunk from the answers to promql.Queries' expressions, keyed by the method's name."""
+    answers = {name: [_cluster_node(s) for s in samples] for name, samples in raw.items()}
     gpu_prices: dict[str, list[GpuPrice]] = defaultdict(list)
     for s in answers["gpu_hour_price"]:
         gpu_prices[s.labels.get("node", "")].append(

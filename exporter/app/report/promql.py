@@ -1,6 +1,7 @@
 """The report's PromQL over wattprobe's raw series (not the recording rules), evaluated at the end
 of one chunk (a UTC day) with the chunk's length as the range, kept per node so the node's
-factors (PUE, price, carbon intensity) apply before anything is summed across nodes."""
+factors (PUE, price, carbon intensity) apply before anything is summed across nodes. Node means
+(cluster, node): two clusters may both have a node "worker-1"."""
 
 from __future__ import annotations
 
@@ -48,46 +49,52 @@ class Queries:
         return f"{agg} by ({by}) ({fn}({metric}{self._sel()}{self._range}))"
 
     def pod_energy(self) -> str:
-        return self._over("node, namespace", "sum", "increase", "wattprobe_pod_energy_joules_total")
+        return self._over(
+            "cluster, node, namespace", "sum", "increase", "wattprobe_pod_energy_joules_total"
+        )
 
     def node_energy(self) -> str:
-        return self._over("node, zone", "sum", "increase", "wattprobe_node_energy_joules_total")
+        return self._over(
+            "cluster, node, zone", "sum", "increase", "wattprobe_node_energy_joules_total"
+        )
 
     def attributed_zones(self) -> str:
         # zone kinds split among workloads: those with pod or container series (the
         # pseudo-containers system_processes and kernel_processes are always served)
         name = '__name__=~"wattprobe_(pod|container)_energy_joules_total"'
-        return f"count by (node, zone) (last_over_time({self._sel(name)}{self._range}))"
+        return f"count by (cluster, node, zone) (last_over_time({self._sel(name)}{self._range}))"
 
     def gpu_energy(self) -> str:
-        return self._over("node", "sum", "increase", "wattprobe_gpu_energy_joules_total")
+        return self._over("cluster, node", "sum", "increase", "wattprobe_gpu_energy_joules_total")
 
     def factor(self, metric: str) -> str:
-        return self._over("node", "avg", "avg_over_time", metric)
+        return self._over("cluster, node", "avg", "avg_over_time", metric)
 
     def energy_price(self) -> str:
-        return self._over("node, currency", "avg", "avg_over_time", PRICE)
+        return self._over("cluster, node, currency", "avg", "avg_over_time", PRICE)
 
     def energy_price_samples(self) -> str:
-        return self._over("node, currency", "sum", "count_over_time", PRICE)
+        return self._over("cluster, node, currency", "sum", "count_over_time", PRICE)
 
     def gpu_models(self) -> str:
-        return self._over("node, uuid, model", "max", "last_over_time", "wattprobe_gpu_info")
+        return self._over(
+            "cluster, node, uuid, model", "max", "last_over_time", "wattprobe_gpu_info"
+        )
 
     def gpu_hour_price(self) -> str:
         return (
-            "avg by (node, currency, model, resource) "
+            "avg by (cluster, node, currency, model, resource) "
             f"(avg_over_time(wattprobe_gpu_hour_price{self._sel()}{self._range}))"
         )
 
     def _allocations(self) -> str:
-        by = "node, namespace, pod, container, uuid"
+        by = "cluster, node, namespace, pod, container, uuid"
         return f"max by ({by}) (wattprobe_gpu_allocation_info{self._sel()})"
 
     def gpu_minutes(self) -> str:
         """Minutes each (node, namespace, GPU) was allocated, one per pod holding it."""
         held = self._allocations()
-        return f"sum by (node, namespace, uuid) (count_over_time(({held}){self._minutes}))"
+        return f"sum by (cluster, node, namespace, uuid) (count_over_time(({held}){self._minutes}))"
 
     def idle_gpu_minutes(self) -> str:
         """Minutes of allocation while WattprobeGpuIdleWhileAllocated's condition had held for
@@ -100,7 +107,7 @@ class Queries:
         )
         points = self.idle_for_ms // STEP_MS
         held = f"count_over_time(({idle})[{self.idle_for_ms - 1}ms:{STEP}]) >= {points}"
-        return f"sum by (node, namespace, uuid) (count_over_time(({held}){self._minutes}))"
+        return f"sum by (cluster, node, namespace, uuid) (count_over_time(({held}){self._minutes}))"
 
     def nodes(self) -> str:
         return self._over("node", "count", "last_over_time", "wattprobe_node_energy_joules_total")

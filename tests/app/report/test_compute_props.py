@@ -114,3 +114,16 @@ def test_factors_apply_per_node(days: list[dict[str, list[Sample]]]) -> None:
     assert report.total.facility_j == facility
     assert report.total.carbon_g == carbon
     assert {c: v for c, v in report.total.cost.items()} == {c: v for c, v in cost.items()}
+
+
+def test_same_node_name_in_two_clusters_keeps_its_own_factors() -> None:
+    answers: dict[str, list[Sample]] = {name: [] for name in (*NAMED, *FACTORS)}
+    for cluster, pue in (("eu", 1.5), ("us", 1.25)):
+        answers["node_energy"].append(sample(3.6e6, cluster=cluster, node="w1", zone="package"))
+        answers["attributed_zones"].append(sample(1.0, cluster=cluster, node="w1", zone="package"))
+        answers["pod_energy"].append(sample(3.6e6, cluster=cluster, node="w1", namespace="ns"))
+        answers["pue"].append(sample(pue, cluster=cluster, node="w1"))
+    report = compute([parse_chunk(date(2025, 3, 1), answers)])
+    (row,) = (r for r in report.rows if r.namespace == "ns")
+    assert row.kwh == 2
+    assert row.facility_kwh == Fraction(11, 4)  # 1.5 + 1.25, not 2 x either

@@ -72,10 +72,18 @@ def report(prometheus: Daemon, *args: str) -> int:
     return 0
 
 
-def test_csv_figures_are_the_hand_sums(prometheus: Daemon, tmp_path: Path) -> None:
+def test_csv_figures_are_the_hand_sums(
+    prometheus: Daemon, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "r.csv"
     assert report(prometheus, "--period", PERIOD, "--out", str(out)) == 0
     assert out.read_text() == EXPECTED_CSV
+    # what the figures leave out is said, since a CSV has no room for it
+    assert capsys.readouterr().err.splitlines() == [
+        "wattprobe: note: no PUE for c: their facility energy is their IT energy (no overhead counted)",
+        "wattprobe: note: no carbon intensity for c: their energy has no carbon figure",
+        "wattprobe: note: no energy price for c: their energy has no cost (column unpriced_kwh)",
+    ]
 
 
 def test_the_node_row_makes_the_total_the_measured_energy(
