@@ -80,7 +80,8 @@ def test_csv_figures_are_the_hand_sums(
     assert out.read_text() == EXPECTED_CSV
     # what the figures leave out is said, since a CSV has no room for it
     assert capsys.readouterr().err.splitlines() == [
-        "wattprobe: note: no PUE for c: their facility energy is their IT energy (no overhead counted)",
+        "wattprobe: note: no PUE for c: their facility energy is their IT energy "
+        "(no overhead counted)",
         "wattprobe: note: no carbon intensity for c: their energy has no carbon figure",
         "wattprobe: note: no energy price for c: their energy has no cost (column unpriced_kwh)",
     ]
