@@ -266,3 +266,100 @@ def start_filled_prometheus(workdir: Path, series: list[Series]) -> Daemon:
         f"--web.listen-address=127.0.0.1:{port}",
     ]
     return spawn_daemon("prometheus", argv, port, workdir / "prometheus.log")
+
+
+def gpu_fleet(nodes: int, gpus: int = 8, days: int = 1) -> list[Series]:
+    """A bigger past for timing the queries: nodes with `gpus` GPUs each, every GPU allocated to
+    a pod, half of them idle; energy series as node b's (fleet())."""
+    out = []
+    span = days * 86400
+    for i in range(nodes):
+        node = f"gpu-{i:04d}"
+        out += [
+            Series(
+                "wattprobe_node_energy_joules",
+                "counter",
+                (*_target("wattprobe", node), ("zone", "package"), ("mode", "active")),
+                300,
+                last=span,
+            ),
+            Series(
+                "wattprobe_pod_energy_joules",
+                "counter",
+                (
+                    *_target("wattprobe", node),
+                    ("zone", "package"),
+                    ("mode", "active"),
+                    ("namespace", f"team-{i % 7}"),
+                    ("pod", f"p{i}"),
+                ),
+                200,
+                last=span,
+            ),
+            Series("wattprobe_node_pue", "gauge", _target("wattprobe", node), 1.3, last=span),
+        ]
+        for g in range(gpus):
+            uuid = f"GPU-{i:04d}-{g}"
+            gpu = (*_target("wattprobe", node), ("gpu", str(g)), ("uuid", uuid))
+            out += [
+                Series(
+                    "wattprobe_gpu_energy_joules",
+                    "counter",
+                    (*gpu, ("mode", "active")),
+                    200,
+                    last=span,
+                ),
+                Series(
+                    "wattprobe_gpu_allocation_info",
+                    "gauge",
+                    (
+                        *gpu,
+                        ("namespace", f"team-{(i + g) % 7}"),
+                        ("pod", f"p{i}-{g}"),
+                        ("container", "c"),
+                    ),
+                    1,
+                    last=span,
+                ),
+                Series("wattprobe_gpu_utilization_ratio", "gauge", gpu, 0.5 * (g % 2), last=span),
+            ]
+    return out
+
+
+def bench(argv: list[str]) -> None:
+    """python -m tests.support.reportdata NODES [GPUS]: the time of each chunk query over one day."""
+    import tempfile  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from exporter.app.report.fetch import FACTORS, NAMED  # noqa: PLC0415
+    from exporter.app.report.promql import Queries  # noqa: PLC0415
+    from exporter.app.report.query import Client  # noqa: PLC0415
+
+    nodes, gpus = int(argv[0]), int(argv[1]) if len(argv) > 1 else 8
+    with tempfile.TemporaryDirectory() as tmp:
+        daemon = start_filled_prometheus(Path(tmp), gpu_fleet(nodes, gpus))
+        try:
+            client = Client(daemon.url, 600)
+            queries = Queries('job="wattprobe"', 86_400_000, 3_600_000)
+            at = START + 86400
+            print(f"{nodes} nodes x {gpus} GPUs, one day, best of 3 (ms):")
+            for name in (*NAMED, *FACTORS):
+                expr = (
+                    queries.factor("wattprobe_node_pue")
+                    if name in FACTORS
+                    else getattr(queries, name)()
+                )
+                times = []
+                for _ in range(3):
+                    t = time.perf_counter()
+                    client.instant(expr, at)
+                    times.append(time.perf_counter() - t)
+                print(f"  {name:22s} {min(times) * 1000:9.1f}")
+        finally:
+            daemon.stop()
+
+
+if __name__ == "__main__":
+    import sys
+
+    bench(sys.argv[1:])
