@@ -51,15 +51,24 @@ class Chunk:
 
     def node_energy(self, node: str) -> Fraction:
         """The node's IT energy: its zone kinds split among workloads, plus its GPUs."""
-        zones = sum(
-            (
-                j
-                for (n, z), j in self.node_zone_j.items()
-                if n == node and (n, z) in self.attributed and z != GPU_ZONE
-            ),
-            ZERO,
-        )
-        return zones + self.gpu_j.get(node, ZERO)
+        return self.node_energies().get(node, ZERO)
+
+    def node_energies(self) -> dict[str, Fraction]:
+        """node_energy of every node with measured energy, in one pass."""
+        out = dict.fromkeys(self.nodes, ZERO)
+        for (node, zone), joules in self.node_zone_j.items():
+            if (node, zone) in self.attributed and zone != GPU_ZONE:
+                out[node] += joules
+        for node, joules in self.gpu_j.items():
+            out[node] += joules
+        return out
+
+    def pods_by_node(self) -> dict[str, dict[str, Fraction]]:
+        """node -> namespace -> pod energy, in one pass."""
+        out: dict[str, dict[str, Fraction]] = defaultdict(dict)
+        for (node, namespace), joules in self.pod_j.items():
+            out[node][namespace] = joules
+        return dict(out)
 
     @property
     def nodes(self) -> frozenset[str]:
@@ -235,9 +244,10 @@ def compute(chunks: Iterable[Chunk]) -> Report:
         return rows.setdefault(namespace, Row(namespace))
 
     for chunk in chunks:
-        for node in sorted(chunk.nodes | {n for n, _ in chunk.pod_j}):
-            pods = {ns: j for (n, ns), j in chunk.pod_j.items() if n == node}
-            measured = chunk.node_energy(node) if node in chunk.nodes else None
+        energies, pods_of = chunk.node_energies(), chunk.pods_by_node()
+        for node in sorted(energies.keys() | pods_of.keys()):
+            pods = dict(pods_of.get(node, {}))
+            measured = energies.get(node)
             if measured is None:
                 notes.append(
                     f"{chunk.day}: node {node} has pod energy but no node energy; its node row is 0"
