@@ -327,7 +327,7 @@ def gpu_fleet(nodes: int, gpus: int = 8, days: int = 1) -> list[Series]:
 
 
 def bench(argv: list[str]) -> None:
-    """python -m tests.support.reportdata NODES [GPUS]: the time of each chunk query over one day."""
+    """python -m tests.support.reportdata NODES [GPUS]: each chunk query's time over one day."""
     import tempfile  # noqa: PLC0415
     import time  # noqa: PLC0415
 
