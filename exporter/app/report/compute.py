@@ -249,9 +249,7 @@ def compute(chunks: Iterable[Chunk]) -> Report:
             pods = dict(pods_of.get(node, {}))
             measured = energies.get(node)
             if measured is None:
-                notes.append(
-                    f"{chunk.day}: node {node} has pod energy but no node energy; its node row is 0"
-                )
+                missing["node energy"].add(node)
                 measured = sum(pods.values(), ZERO)
             node_total += measured
             # the node row is the rest, even when negative (pods' counters ahead of the node's
@@ -296,6 +294,7 @@ def _consequence(what: str) -> str:
         "energy price": ": their energy has no cost (column unpriced_kwh)",
         "carbon intensity": ": their energy has no carbon figure",
         "GPU-hour price": ": its hours have no cost (column unpriced_gpu_hours)",
+        "node energy": " on some days, only pods' energy: their pods' energy is taken as theirs",
     }.get(what, "")
 
 
