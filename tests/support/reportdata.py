@@ -189,6 +189,29 @@ def fleet() -> list[Series]:
             pod="a2",
             container="train",
         ),
+        # a second container of pod a2 on the same GPU: the pod holds it once
+        gauge(
+            "wattprobe_gpu_allocation_info",
+            "a",
+            1,
+            gpu="0",
+            uuid=U0,
+            namespace="alpha",
+            pod="a2",
+            container="sidecar",
+        ),
+        # a MIG device on GPU 0: not counted nor priced (its profile is not known here)
+        gauge(
+            "wattprobe_gpu_allocation_info",
+            "a",
+            1,
+            gpu="0",
+            uuid=U0,
+            namespace="alpha",
+            pod="a5",
+            container="infer",
+            mig_device="MIG-1g.10gb-0",
+        ),
         gauge(
             "wattprobe_gpu_allocation_info",
             "a",

@@ -88,11 +88,15 @@ class Queries:
         )
 
     def _allocations(self) -> str:
-        by = "cluster, node, namespace, pod, container, uuid"
-        return f"max by ({by}) (wattprobe_gpu_allocation_info{self._sel()})"
+        # a pod holds a GPU once however many of its containers share it; MIG devices are left
+        # out (as in the showback rules): the allocation does not name the MIG profile, and a
+        # whole GPU's price would overbill a slice
+        by = "cluster, node, namespace, pod, uuid"
+        whole = self._sel('uuid!=""', 'mig_device=""')
+        return f"max by ({by}) (wattprobe_gpu_allocation_info{whole})"
 
     def gpu_minutes(self) -> str:
-        """Minutes each (node, namespace, GPU) was allocated, one per pod holding it."""
+        """Minutes each (node, namespace, GPU) was allocated, once per pod holding it."""
         held = self._allocations()
         return f"sum by (cluster, node, namespace, uuid) (count_over_time(({held}){self._minutes}))"
 
