@@ -608,11 +608,10 @@ def _report_period(text: str) -> Any:
 @click.option(
     "--format",
     "fmt",
-    default="csv",
-    show_default=True,
+    default=None,
     type=click.Choice(["csv", "html", "png"]),
     help="csv (a spreadsheet), html (one self-contained page with plots), png (the plots, for "
-    "chat; needs the 'report' extra)",
+    "chat; needs the 'report' extra) [default: from --out's suffix, else csv]",
 )
 @click.option(
     "--selector",
@@ -647,7 +646,7 @@ def _report_period(text: str) -> Any:
 @click.option(
     "--allow-partial", is_flag=True, help="write the report despite days without data, noting them"
 )
-def report_command(prometheus: str, out: Path, fmt: str, **kw: Any) -> None:
+def report_command(prometheus: str, out: Path, fmt: str | None, **kw: Any) -> None:
     """Energy, facility energy, cost, carbon and GPU hours per namespace (docs/report.md).
 
     Exit status: 0 written, 1 when Prometheus is unreachable, refuses a query or has partial
@@ -656,6 +655,8 @@ def report_command(prometheus: str, out: Path, fmt: str, **kw: Any) -> None:
     from exporter.app.report import ReportError  # noqa: PLC0415 (rich and the report load only here)
     from exporter.app.report.command import Options, check_url, run  # noqa: PLC0415
 
+    if fmt is None:
+        fmt = {".html": "html", ".htm": "html", ".png": "png"}.get(out.suffix.lower(), "csv")
     try:
         url = check_url(prometheus)
     except ValueError as exc:

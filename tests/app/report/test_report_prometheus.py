@@ -229,7 +229,8 @@ def test_html_renders_in_chromium_without_console_errors(
 
 def test_png_for_chat(prometheus: Daemon, tmp_path: Path) -> None:
     out = tmp_path / "report.png"
-    assert report(prometheus, "--period", PERIOD, "--format", "png", "--out", str(out)) == 0
+    # the format follows the file's suffix
+    assert report(prometheus, "--period", PERIOD, "--out", str(out)) == 0
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert struct.unpack(">II", data[16:24]) == (900, 1200)  # 9 x 12 in at 100 dpi
@@ -281,3 +282,22 @@ def test_progress_bar_on_a_terminal(prometheus: Daemon, tmp_path: Path) -> None:
     assert "querying Prometheus" in text
     assert "6/6" in text  # the bar's final state, drawn before it is cleared
     assert "2025-03-02, nodes 3/3" in text
+
+
+def test_nothing_there_is_one_line(
+    prometheus: Daemon, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = report(
+        prometheus,
+        "--period",
+        PERIOD,
+        "--selector",
+        'job="elsewhere"',
+        "--out",
+        str(tmp_path / "r.csv"),
+    )
+    assert status == 1
+    assert capsys.readouterr().err == (
+        'wattprobe: error: no wattprobe_node_energy_joules_total{job="elsewhere"} in '
+        f"{PERIOD}: wrong Prometheus, selector or period?\n"
+    )
