@@ -80,7 +80,12 @@ def fetch(
         for i, batch in enumerate(batches, 1):
             selector = ", ".join(m for m in (plan.selector, node_matcher(batch)) if m)
             queries = Queries(selector, _ms(end) - _ms(start), plan.idle_for_ms)
-            answers = chunk_answers(client, queries, end.timestamp())
+            try:
+                answers = chunk_answers(client, queries, end.timestamp())
+            except ReportError as exc:
+                if "too many samples" in str(exc) and len(batch) > 1:
+                    raise ReportError(f"{exc} (try a smaller --nodes-per-query)") from None
+                raise
             chunks.append(parse_chunk(start.date(), answers))
             advance(f"{start:%Y-%m-%d}, nodes {i}/{len(batches)}")
     return chunks

@@ -9,6 +9,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -121,7 +122,7 @@ def test_nan_is_refused(server: tuple[str, list[Answer]]) -> None:
 
 
 def test_cli_says_one_line(
-    server: tuple[str, list[Answer]], capsys: pytest.CaptureFixture[str], tmp_path: object
+    server: tuple[str, list[Answer]], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     url, answers = server
     answers.append(Answer(200, json.dumps({**OK_EMPTY, "warnings": ["partial"]}).encode()))
@@ -135,3 +136,32 @@ def test_cli_says_one_line(
     with pytest.raises(SystemExit) as exit_:
         main(["report", "--prometheus", "ftp://x", "--out", "/tmp/x.csv"])
     assert exit_.value.code == 2
+
+
+def test_too_many_samples_suggests_smaller_batches(
+    server: tuple[str, list[Answer]], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    url, answers = server
+    nodes = [{"metric": {"node": n}, "value": [0, "1"]} for n in ("a", "b")]
+    answers.append(
+        Answer(
+            200,
+            json.dumps(
+                {"status": "success", "data": {"resultType": "vector", "result": nodes}}
+            ).encode(),
+        )
+    )
+    limit = {
+        "status": "error",
+        "errorType": "execution",
+        "error": "query processing would load too many samples into memory in query execution",
+    }
+    answers.append(Answer(422, json.dumps(limit).encode()))
+    with pytest.raises(SystemExit) as exit_:
+        main(
+            ["report", "--prometheus", url, "--period", "2025-03", "--out", str(tmp_path / "r.csv")]
+        )
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err
+    assert err.endswith("in query execution (try a smaller --nodes-per-query)\n")
+    assert err.count("\n") == 1
