@@ -4,23 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from fractions import Fraction
 
 from exporter.app.report.compute import Report, Row
 
 
 def decimal(value: Fraction, places: int) -> str:
-    """value rounded half-even to `places` decimals, from the exact fraction (no float)."""
-    with localcontext() as ctx:
-        ctx.prec = 60
-        exact = Decimal(value.numerator) / Decimal(value.denominator)
-        text = str(exact.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN))
-    return (
-        "0" + text[2:]
-        if text.startswith("-0") and not any(c in "123456789" for c in text)
-        else text
-    )
+    """value rounded half to even at `places` decimals, exactly: Fraction's round() works on the
+    exact value, so there is no float and no double rounding on the way."""
+    scaled = round(value * 10**places)
+    digits = str(abs(scaled)).rjust(places + 1, "0")
+    text = f"{digits[:-places]}.{digits[-places:]}" if places else digits
+    return "-" + text if scaled < 0 else text
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,17 @@
-"""Periods: what each spelling covers, in UTC days."""
+"""Periods: what each spelling covers, in UTC days; and how figures are rounded."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import itertools
+from datetime import UTC, date, datetime, timedelta
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
+from fractions import Fraction
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from exporter.app.report.figures import decimal
 from exporter.app.report.period import parse_period
 
 NOW = datetime(2026, 1, 15, 10, 30, 45, tzinfo=UTC)
@@ -51,3 +57,29 @@ def test_month_and_range() -> None:
 def test_refused(text: str, why: str) -> None:
     with pytest.raises(ValueError, match=why):
         parse_period(text, NOW)
+
+
+@settings(deadline=None)
+@given(st.dates(date(2000, 1, 1), date(2030, 12, 31)), st.integers(0, 400))
+def test_days_tile_the_period(first: date, length: int) -> None:
+    last = first + timedelta(days=length)
+    p = parse_period(f"{first}..{last}", datetime(2033, 1, 1, tzinfo=UTC))
+    days = p.days()
+    assert len(days) == length + 1
+    assert days[0][0] == p.start
+    assert days[-1][1] == p.end
+    for (_, end), (start, _) in itertools.pairwise(days):
+        assert end == start  # no gap, no overlap
+    assert all(end - start == timedelta(days=1) for start, end in days)
+
+
+@settings(deadline=None)
+@given(st.fractions(), st.integers(0, 8))
+def test_figures_round_half_even_from_the_exact_value(value: Fraction, places: int) -> None:
+    text = decimal(value, places)
+    with localcontext() as ctx:
+        ctx.prec = 200
+        exact = Decimal(value.numerator) / Decimal(value.denominator)
+        want = exact.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN)
+    assert Decimal(text) == want
+    assert len(text.partition(".")[2]) == places
