@@ -657,6 +657,8 @@ def report_command(prometheus: str, out: Path, fmt: str | None, **kw: Any) -> No
 
     if fmt is None:
         fmt = {".html": "html", ".htm": "html", ".png": "png"}.get(out.suffix.lower(), "csv")
+    # {job="x"} as PromQL writes it, or job="x": both mean the matchers
+    selector = kw["selector"].strip().removeprefix("{").removesuffix("}").strip()
     try:
         url = check_url(prometheus)
     except ValueError as exc:
@@ -668,7 +670,7 @@ def report_command(prometheus: str, out: Path, fmt: str | None, **kw: Any) -> No
                 kw["period"],
                 out,
                 fmt,
-                kw["selector"],
+                selector,
                 kw["timeout_s"],
                 kw["nodes_per_query"],
                 kw["idle_for_s"],
