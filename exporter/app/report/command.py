@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import TextIO
 
 from exporter.app.report import ReportError
-from exporter.app.report.compute import Report, compute, missing_days
+from exporter.app.report.compute import Report, compute
 from exporter.app.report.csvout import render_csv
 from exporter.app.report.fetch import NAMED, Plan, fetch, list_nodes
+from exporter.app.report.gaps import missing_days
 from exporter.app.report.htmlout import render_html
 from exporter.app.report.period import Period
 from exporter.app.report.png import write_png

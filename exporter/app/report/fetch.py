@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from exporter.app.report import ReportError
-from exporter.app.report.compute import Chunk, parse_chunk
+from exporter.app.report.chunk import Chunk
+from exporter.app.report.parse import parse_chunk
 from exporter.app.report.period import Period
 from exporter.app.report.promql import Queries, node_matcher
 from exporter.app.report.query import Client, Sample

@@ -11,8 +11,10 @@ from fractions import Fraction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.app.report.compute import NODE_ROW, compute, parse_chunk
+from exporter.app.report.chunk import NODE_ROW
+from exporter.app.report.compute import compute
 from exporter.app.report.fetch import FACTORS, NAMED
+from exporter.app.report.parse import parse_chunk
 from exporter.app.report.query import Sample
 
 NODES = ("n1", "n2", "n3")
