@@ -107,9 +107,15 @@ def read_showback(path: Path) -> Showback:
 
 def _check_depth(text: str) -> None:
     # PyYAML builds nodes recursively: a deeply nested file would be a RecursionError, so depth
-    # is checked first on the parser's event stream, which is not recursive.
+    # is checked first on the parser's event stream, which is not recursive. Aliases are refused
+    # there too: a showback file has no use for them, and they can make a list contain itself.
     depth = 0
     for event in yaml.parse(text, Loader=_StrictLoader):
+        if isinstance(event, yaml.AliasEvent):
+            line = event.start_mark.line + 1 if event.start_mark else 0
+            raise ShowbackError(
+                f"not valid YAML: aliases (*name) are not supported, at line {line}"
+            )
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_DEPTH:
