@@ -27,6 +27,7 @@ COMPONENTS = (
     "web-config",
     "tolerate-all-noschedule",
     "critical-priority-quota",
+    "showback",
 )
 IMAGE_REPOSITORY = "ghcr.io/wattprobe/wattprobe"
 
