@@ -101,6 +101,24 @@ def _currencies(s: Showback) -> list[str]:
 def validate(s: Showback) -> Showback:
     """s itself if every value can be served; else ShowbackError, whose message names the first
     bad setting. Pure: no I/O, no clock."""
+    check_values(s)
+    currencies = _currencies(s)
+    if len(currencies) > 1:
+        raise ShowbackError(
+            f"two currencies ({', '.join(currencies)}): a node has one currency for all its prices"
+        )
+    has_price = s.energy_price is not None or bool(s.gpu_hour_prices)
+    if has_price and not currencies:
+        raise ShowbackError(
+            "a price needs a currency: set currency (--showback.currency) or write it after "
+            "the amount (0.21 EUR)"
+        )
+    return s
+
+
+def check_values(s: Showback) -> None:
+    """Each value on its own (what one flag can be checked for): validate() without the rules
+    that tie the prices to one currency."""
     if s.pue is not None:
         _finite(s.pue, "pue")
         if not 1.0 <= s.pue <= MAX_PUE:
@@ -116,18 +134,6 @@ def validate(s: Showback) -> Showback:
     if s.currency:
         _currency(s.currency, "currency")
     _gpu_hour_prices(s.gpu_hour_prices)
-    currencies = _currencies(s)
-    if len(currencies) > 1:
-        raise ShowbackError(
-            f"two currencies ({', '.join(currencies)}): a node has one currency for all its prices"
-        )
-    has_price = s.energy_price is not None or bool(s.gpu_hour_prices)
-    if has_price and not currencies:
-        raise ShowbackError(
-            "a price needs a currency: set currency (--showback.currency) or write it after "
-            "the amount (0.21 EUR)"
-        )
-    return s
 
 
 def _gpu_hour_prices(entries: tuple[GpuHourPrice, ...]) -> None:

@@ -13,6 +13,7 @@ from exporter.exposition.showback_live import LiveShowback
 from exporter.model.showback import (
     Showback,
     ShowbackError,
+    check_values,
     parse_number,
     parse_price,
     validate,
@@ -28,16 +29,18 @@ def _env(flag: str) -> str:
 
 
 def _checked(parse: Callable[[str], Showback]) -> Convert:
-    """A callback building the flag's Showback and validating it alone, so a bad value is one
-    line naming its flag."""
+    """A callback building the flag's Showback and checking its value alone, so a bad value is
+    one line naming its flag (the flags together are validated by load_showback)."""
 
     def convert(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
         if value is None or not value.strip():
             return None
         try:
-            return validate(parse(value))
+            one = parse(value)
+            check_values(one)
         except ShowbackError as exc:
             raise click.BadParameter(str(exc).partition(": ")[2] or str(exc)) from None
+        return one
 
     return convert
 
