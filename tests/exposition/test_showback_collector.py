@@ -151,7 +151,7 @@ def test_reload_rereads_an_unchanged_file(tmp_path: Path) -> None:
 
 def test_a_bad_file_or_flag_at_start_is_an_error(tmp_path: Path) -> None:
     path = replace_file(tmp_path / "showback.yaml", "pue: 0.5\n")
-    with pytest.raises(ShowbackError, match="^pue: 0.5 is not a PUE"):
+    with pytest.raises(ShowbackError, match=r"^pue: 0\.5 is not a PUE"):
         LiveShowback(Showback(), path)
     with pytest.raises(ShowbackError, match="two currencies"):
         LiveShowback(Showback(energy_price=Price(1.0, "USD")), replace_file(path, "currency: EUR"))

@@ -160,7 +160,7 @@ def test_a_huge_file_is_refused_after_reading_its_bound(tmp_path: Path) -> None:
 
 
 def test_unreadable_files(tmp_path: Path) -> None:
-    with pytest.raises(ShowbackError, match="cannot read .*No such file"):
+    with pytest.raises(ShowbackError, match=r"cannot read .*No such file"):
         read_showback(tmp_path / "missing.yaml")
     with pytest.raises(ShowbackError, match="not a regular file"):
         read_showback(tmp_path)

@@ -44,7 +44,7 @@ def test_every_bad_setting_is_refused_with_one_line_naming_it(case: tuple[Showba
     [
         (Showback(pue=0.99), "pue: 0.99 is not a PUE"),
         (Showback(pue=math.nan), "pue: nan is not a finite number"),
-        (Showback(pue=True), "pue: must be a number"),  # type: ignore[arg-type]
+        (Showback(pue=True), "pue: must be a number"),
         (Showback(energy_price=Price(-0.01, "EUR")), "energy_price: -0.01 is negative"),
         (Showback(carbon_intensity=-1.0), "carbon_intensity: -1 is negative"),
         (Showback(carbon_intensity=math.inf), "carbon_intensity: inf is not a finite number"),
@@ -118,12 +118,12 @@ def test_price_flag(text: str, price: Price) -> None:
     "text", ["", "EUR", "0.21 eur", "-1 EUR", "nan", "inf EUR", "0.21 EUR USD", "1e400"]
 )
 def test_bad_price_flags_are_refused(text: str) -> None:
-    with pytest.raises(ShowbackError, match="^energy_price: "):
+    with pytest.raises(ShowbackError, match=r"^energy_price: "):
         parse_price(text, "energy_price")
 
 
 def test_number_flag() -> None:
     assert parse_number(" 1.25 ", "pue") == 1.25
     for text in ("", "1,25", "NaN", "-inf", "1.2x"):
-        with pytest.raises(ShowbackError, match="^pue: "):
+        with pytest.raises(ShowbackError, match=r"^pue: "):
             parse_number(text, "pue")
