@@ -5,6 +5,7 @@ the reload gauge at 0; a bad flag or file at start is exit status 2 and one line
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -102,6 +103,15 @@ def test_serve_rereads_the_file_and_keeps_the_last_good_one(
     ], lines  # once per change, not once per interval
     assert "energy_price: -1 is negative" in proc.log()
     assert proc.proc.poll() is None
+
+    # SIGHUP rereads the file at once, changed or not: the same file is refused once more
+    proc.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    while proc.log().count("showback config") < len(lines) + 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "SIGHUP: re-reading showback config" in proc.log()
+    assert proc.log().count("refused, still serving the previous one") == 2, proc.log()
+    assert one(parse_samples(proc.metrics()), "wattprobe_node_pue") == 1.45
 
 
 def _serve(*args: str) -> subprocess.CompletedProcess[str]:
