@@ -10,16 +10,29 @@ from pathlib import Path
 from typing import Any
 
 import click
+import kubernetes_validate
 import pytest
 
 from exporter.app.cli import serve
 from exporter.exposition.showback_file import parse_showback
 from exporter.model.showback import GpuHourPrice, Price, Showback, validate
 from tests.deploy.helmchart import CHART, helm, render
-from tests.deploy.manifests import DEPLOY, Obj, build_with_components, env_of, of_kind, one
+from tests.deploy.manifests import (
+    DEPLOY,
+    Obj,
+    build_with_components,
+    env_of,
+    of_kind,
+    one,
+    version_tuple,
+)
 
 COMPONENT = DEPLOY / "components" / "showback"
 CONFIG_FILE = "/etc/wattprobe/showback/showback.yaml"
+# as tests/deploy/test_build.py: every version from the oldest supported
+KUBE_VERSIONS = [
+    v for v in kubernetes_validate.utils.all_versions() if version_tuple(v)[:2] >= (1, 29)
+]
 
 
 def _agent(ds: Obj) -> Obj:
@@ -38,16 +51,20 @@ def _reads_the_configmap(ds: Obj, configmap: str) -> None:
     assert volumes == [{"name": "showback", "configMap": {"name": configmap}}]
 
 
-@pytest.mark.parametrize("overlay", ["default", "kubeedge"])
-def test_every_agent_reads_the_showback_configmap(tmp_path: Path, overlay: str) -> None:
-    objs = build_with_components(tmp_path, overlay, "showback")
+def test_every_agent_reads_the_showback_configmap(tmp_path: Path) -> None:
+    """kubeedge: the cloud agent and the edge agent. What the component adds or changes
+    validates strictly (unknown fields are errors) for every supported Kubernetes version."""
+    objs = build_with_components(tmp_path, "kubeedge", "showback")
     daemonsets = of_kind(objs, "DaemonSet")
-    assert len(daemonsets) == (2 if overlay == "kubeedge" else 1)
+    assert {ds["metadata"]["name"] for ds in daemonsets} == {"wattprobe", "wattprobe-edge"}
     for ds in daemonsets:
         _reads_the_configmap(ds, "wattprobe-showback")
     configmap = one(objs, "ConfigMap", "wattprobe-showback")
     assert configmap["metadata"]["namespace"] == "wattprobe"
     assert configmap["data"] == {"showback.yaml": (COMPONENT / "showback.yaml").read_text()}
+    for obj in (configmap, *daemonsets):
+        for version in KUBE_VERSIONS:
+            kubernetes_validate.validate(obj, version, strict=True)
 
 
 def test_the_shipped_example_sets_nothing_and_its_lines_parse() -> None:

@@ -1,12 +1,13 @@
 """The showback settings' validation (exporter/model/showback.py): a pure function that refuses
-every bad value with one line naming the setting, and keeps every good one as it is."""
+every bad value with one line naming the setting, and keeps every good one as it is. The
+properties over every good and every bad setting go through the file
+(tests/exposition/test_showback_file.py: parse, then validate)."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
-from hypothesis import given
 
 from exporter.model.showback import (
     GpuHourPrice,
@@ -17,26 +18,6 @@ from exporter.model.showback import (
     parse_price,
     validate,
 )
-from tests.support.props import PROPERTY
-from tests.support.showback import bad_showbacks, good_showbacks
-
-
-@PROPERTY
-@given(good_showbacks())
-def test_every_good_setting_is_kept_as_it_is(s: Showback) -> None:
-    assert validate(s) is s
-    assert s.resolved_currency() or (s.energy_price is None and not s.gpu_hour_prices)
-
-
-@PROPERTY
-@given(bad_showbacks())
-def test_every_bad_setting_is_refused_with_one_line_naming_it(case: tuple[Showback, str]) -> None:
-    s, setting = case
-    with pytest.raises(ShowbackError) as refused:
-        validate(s)
-    message = str(refused.value)
-    assert "\n" not in message
-    assert setting in message, message
 
 
 @pytest.mark.parametrize(
