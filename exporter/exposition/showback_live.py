@@ -63,8 +63,9 @@ class LiveShowback:
         self.path = path
         self._lock = threading.Lock()
         self._stamp = _stat(path) if path is not None else ()
-        self._settings = load_showback(flags, path)
-        self._reload = ReloadStatus(True, time.time()) if path is not None else None
+        reload = ReloadStatus(True, time.time()) if path is not None else None
+        # one attribute, replaced whole: a render never sees new settings with an old status
+        self._view = ShowbackView(load_showback(flags, path), reload)
 
     def current(self) -> ShowbackView:
         """The last good settings, after rereading the file if it changed since the last read."""
@@ -73,7 +74,7 @@ class LiveShowback:
                 stamp = _stat(self.path)
                 if stamp != self._stamp:
                     self._reread(stamp)
-        return ShowbackView(self._settings, self._reload)
+        return self._view
 
     def reload(self) -> None:
         """Reread the file now (SIGHUP), changed or not; logs the outcome."""
@@ -85,7 +86,7 @@ class LiveShowback:
     def _reread(self, stamp: Stamp) -> None:
         # The stamp is taken before reading, so a change made during the read is seen next time;
         # a refused file is not reread (nor logged again) until it changes.
-        assert self.path is not None and self._reload is not None
+        assert self.path is not None
         self._stamp = stamp
         try:
             settings = load_showback(self.flags, self.path)
@@ -95,11 +96,11 @@ class LiveShowback:
         except Exception as exc:  # a parser bug must not stop the exposition
             self._refused(f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
             return
-        self._settings = settings
-        self._reload = ReloadStatus(True, time.time())
+        self._view = ShowbackView(settings, ReloadStatus(True, time.time()))
         log.info("showback config %s reloaded", self.path)
 
     def _refused(self, why: str) -> None:
-        assert self._reload is not None
-        self._reload = ReloadStatus(False, self._reload.success_timestamp)
+        last = self._view.reload
+        assert last is not None  # only a file is reread
+        self._view = ShowbackView(self._view.settings, ReloadStatus(False, last.success_timestamp))
         log.error("showback config %s refused, still serving the previous one: %s", self.path, why)

@@ -63,7 +63,7 @@ def showback_options(func: F) -> F:
             "--showback.pue",
             "showback_pue",
             lambda t: Showback(pue=parse_number(t, "pue")),
-            "the node's facility PUE (facility energy / IT energy, >= 1) [default: none]",
+            "the node's facility PUE (facility energy / IT energy, 1 to 10) [default: none]",
         ),
         _option(
             "--showback.energy-price",
