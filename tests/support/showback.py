@@ -41,7 +41,7 @@ def good_showbacks(draw: st.DrawFn) -> Showback:
         if entry.key not in keys:
             keys.add(entry.key)
             entries.append(entry)
-    energy = draw(st.none() | st.just(0).map(lambda _: price()))
+    energy = price() if draw(st.booleans()) else None
     s = Showback(
         pue=draw(st.none() | PUES),
         energy_price=energy,
