@@ -18,19 +18,8 @@ The total only rises: a kernel thread's positive growth is added, one that is go
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
 
-
-class _Stat(Protocol):
-    @property
-    def flags(self) -> int: ...
-    @property
-    def utime_ticks(self) -> int: ...
-    @property
-    def stime_ticks(self) -> int: ...
-    @property
-    def start_ticks(self) -> int: ...
-
+from exporter.sources.activity.procfs.scan import StatFields
 
 # /proc/stat fields irq and softirq (after "cpu"), 0-based
 _IRQ_FIELDS = (5, 6)
@@ -51,7 +40,7 @@ class KernelWork:
     def __init__(
         self,
         proc_root: str,
-        parse_stat: Callable[[str], _Stat],
+        parse_stat: Callable[[str], StatFields],
         kthread_flag: int,
         ticks_per_second: int,
     ) -> None:
