@@ -456,13 +456,19 @@ def run_server(
 ) -> None:
     """Serve until SIGTERM or SIGINT, then close everything the agent started."""
     agent = Agent(config, web, progress_for(), showback=showback)
+    # before start(): a SIGTERM or Ctrl-C while it compiles eBPF or binds only asks wait() to
+    # return at once (exit 0), instead of a KeyboardInterrupt mid-start (exit 130)
+    previous = {sig: signal.signal(sig, lambda *_: agent.stop()) for sig in SHUTDOWN_SIGNALS}
     try:
         agent.start()
-    except StartupError as exc:
-        raise click.ClickException(str(exc)) from None
+    except BaseException as exc:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if isinstance(exc, StartupError):
+            raise click.ClickException(str(exc)) from None
+        raise
     tune_for_serving()
     _log_web_security(web)
-    previous = {sig: signal.signal(sig, lambda *_: agent.stop()) for sig in SHUTDOWN_SIGNALS}
     # SIGHUP re-reads the web and showback configs, as Prometheus re-reads its own (without it,
     # SIGHUP's default action would end the process without a word). The handler only sets a
     # flag: the reload and its log line run on the main thread when it wakes.
