@@ -1108,8 +1108,7 @@ def exporter_health(settings: Settings) -> JSON:
             "up; a plateau means reads keep failing.",
             [
                 Query(
-                    "max by (node, zone, gpu, mode) "
-                    f"(wattprobe_node_pending_energy_joules{sel()})",
+                    f"max by (node, zone, gpu, mode) (wattprobe_node_pending_energy_joules{sel()})",
                     "{{node}} {{zone}} {{gpu}} {{mode}}",
                 )
             ],
