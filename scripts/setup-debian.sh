@@ -15,6 +15,8 @@ runtime_pkgs=(python3 python3-venv make python3-bpfcc "linux-headers-$(dpkg --pr
 test_pkgs=(git gcc libc6-dev prometheus prometheus-alertmanager prometheus-node-exporter victoria-metrics tmux libcap2-bin strace nodejs bpftool)
 # `make image` and tests/deploy/test_image.py: root filesystems from Debian's archive (arm64 under
 # qemu-user-static), run with podman and runc (crun refuses hybrid cgroup hosts), pushed by skopeo
+# tests/app/report: the report's HTML page opened and screenshotted in headless Chromium
+test_pkgs+=(chromium)
 test_pkgs+=(mmdebstrap arch-test qemu-user-static binfmt-support podman runc skopeo uidmap)
 
 pkgs=("${runtime_pkgs[@]}")

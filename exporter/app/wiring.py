@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -12,6 +13,7 @@ from exporter.app.registry import PROCESS, REGISTRY, Registry
 from exporter.host.cgroupfs.ns import namespace_root
 from exporter.kube.gpus import BackendDirectory
 from exporter.kube.kube import KubeWorkloads
+from exporter.kube.nodelabels import with_node_instance_type
 from exporter.model.config import ActivitySource as ActivityChoice
 from exporter.model.config import Config
 from exporter.model.ports import ActivitySource, PowerSource
@@ -23,6 +25,7 @@ from exporter.sources.activity.ebpf.source import EbpfSource
 from exporter.sources.activity.procfs.source import ProcfsSource, gpu_pid_owners
 from exporter.sources.activity.procfs.visible import VisibleProcfs
 from exporter.sources.gpu.backend import LatestGpus
+from exporter.sources.power.estimate import ESTIMATED
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +113,8 @@ def build(config: Config, progress: Progress | None = None) -> Parts:
     """progress: where slow start-up work (compiling the eBPF programs) reports what it waits
     for; None: plain log lines. Starts no thread."""
     config = REGISTRY.resolve(config)
+    if config.collector_on(ESTIMATED):
+        config = with_node_instance_type(config, os.environ)
     with_processes = config.collector_on(PROCESS)
     # per process only when processes are exported; else per cgroup where cgroupfs has totals
     ns_root = namespace_root(config.cgroup_root)

@@ -27,6 +27,7 @@ COMPONENTS = (
     "web-config",
     "tolerate-all-noschedule",
     "critical-priority-quota",
+    "node-labels",
 )
 IMAGE_REPOSITORY = "ghcr.io/wattprobe/wattprobe"
 

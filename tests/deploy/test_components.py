@@ -63,3 +63,18 @@ def test_web_config_keeps_the_edge_probes_on_the_loopback(tmp_path: Path) -> Non
         for probe in PROBES:
             assert agent[probe]["tcpSocket"] == {"port": "metrics", **host}, (name, probe)
             assert "httpGet" not in agent[probe]
+
+
+def test_node_labels_grants_get_on_nodes_to_the_cloud_agent_alone(tmp_path: Path) -> None:
+    """components/node-labels: its own role and binding (the agent reads its Node's
+    instance-type label, exporter/kube/nodelabels.py); the agents' roles stay as they were."""
+    plain = build("default")
+    objs = build_with_components(tmp_path, "default", "node-labels")
+    role = one(objs, "ClusterRole", "wattprobe-node-labels")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    binding = one(objs, "ClusterRoleBinding", "wattprobe-node-labels")
+    assert binding["roleRef"]["name"] == "wattprobe-node-labels"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "wattprobe", "namespace": "wattprobe"}
+    ]
+    assert one(objs, "ClusterRole", "wattprobe") == one(plain, "ClusterRole", "wattprobe")

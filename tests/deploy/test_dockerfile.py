@@ -200,6 +200,16 @@ def test_entrypoint_runs_the_console_script_of_the_wheel(tmp_path: Path) -> None
     with zipfile.ZipFile(wheel) as archive:
         entry_points = next(n for n in archive.namelist() if n.endswith("entry_points.txt"))
         assert "wattprobe = exporter.app.cli:main" in archive.read(entry_points).decode()
+        packed = set(archive.namelist())
+    # every data file in the package tree ships (package-data globs name folders, and a
+    # folder that moved left its files out of the wheel without an error)
+    data = {
+        f.relative_to(REPO).as_posix()
+        for f in (REPO / "exporter").rglob("*")
+        if f.is_file() and f.suffix in {".json", ".proto", ".pyi", ".typed"}
+    }
+    assert data, "the package has data files"
+    assert not data - packed, sorted(data - packed)
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["wattprobe"] == "exporter.app.cli:main"
     # ENTRYPOINT is the venv's console script itself, and the same script is the first

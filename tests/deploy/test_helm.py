@@ -45,7 +45,8 @@ KUBE_VERSIONS = [
 # The chart's values for what the five kustomize components do (deploy/components/*).
 COMPONENT_VALUES: dict[str, Any] = {
     "runtimeClassName": "nvidia",  # nvidia-runtimeclass
-    "rbac": {"kubeletFineGrainedAuthz": True},  # kubelet-fine-grained-authz
+    # kubelet-fine-grained-authz, node-labels
+    "rbac": {"kubeletFineGrainedAuthz": True, "readNodeLabels": True},
     "webConfig": {"enabled": True},  # web-config
     "tolerations": [{"operator": "Exists", "effect": "NoSchedule"}],  # tolerate-all-noschedule
     "criticalPriorityQuota": {"enabled": True},  # critical-priority-quota
@@ -107,7 +108,7 @@ def test_profile_renders_the_overlays_objects(profile: str) -> None:
 
 
 def test_values_for_every_component_render_kubeedge_with_every_component(tmp_path: Path) -> None:
-    """kubeedge + all five components (kustomize) equals the kubeedge profile with the values
+    """kubeedge + every component (kustomize) equals the kubeedge profile with the values
     that stand for them (COMPONENT_VALUES)."""
     kustomized = build_with_components(tmp_path, "kubeedge", *COMPONENTS)
     values = {**profile_values("kubeedge"), **COMPONENT_VALUES, "namespace": {"create": True}}

@@ -20,10 +20,13 @@ from tests.support.fleet import (
     Loaded,
     grafana_builtins,
     load,
+    load_sharded,
     panel_queries,
     recorded,
+    shard_of,
     time_query,
 )
+from tests.support.monitoringstack import PrometheusAPI
 from tests.support.realparts import require_binary
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
@@ -46,14 +49,36 @@ NO_DATA = {
 }
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
+@pytest.fixture(scope="module", params=["one-receiver", "two-shards"])
+def fleet(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Loaded]:
+    """The fleet in one receiver, and spread by node over two receivers with a query layer in
+    front of them (docs/fleet.md, "Receivers that scale out"): every check below must hold for
+    both, the rules' sums across the shards included."""
     binary = require_binary("prometheus")
-    loaded = load(Fleet(NODES), binary, tmp_path_factory.mktemp("fleet"), WINDOW_S, step_s=STEP_S)
+    loader = load if request.param == "one-receiver" else load_sharded
+    loaded = loader(Fleet(NODES), binary, tmp_path_factory.mktemp("fleet"), WINDOW_S, step_s=STEP_S)
     try:
         yield loaded
     finally:
         loaded.stop()
+
+
+def test_shards_hold_disjoint_whole_nodes(fleet: Loaded) -> None:
+    """Sharded: each receiver holds every series of its nodes and nothing of the others'."""
+    if not fleet.shards:
+        assert fleet.api.query("count(count by (node) (up))")[0]["value"][1] == str(NODES)
+        return
+    held = []
+    for i, shard in enumerate(fleet.shards):
+        api = PrometheusAPI(shard.url)
+        nodes = {r["metric"]["node"] for r in api.query('count by (node) ({__name__=~".+"})')}
+        assert nodes == {n for n in fleet.fleet.names if shard_of(n, len(fleet.shards)) == i}
+        assert api.query('count({__name__=~".+:.+"})') == [], "recorded series on a shard"
+        held.append(nodes)
+    assert set().union(*held) == set(fleet.fleet.names)
+    assert sum(map(len, held)) == NODES
 
 
 def test_the_fleet_has_the_exposition_shape_it_claims() -> None:

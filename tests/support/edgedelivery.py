@@ -155,9 +155,18 @@ def settle(receiver: Receiver, truth: Truth, agent: ExporterProcess, timeout: fl
     wait_until(arrived, timeout, "replay", interval=1.0)
 
 
+# the forwarder's scrape interval plus its -remoteWrite.flushInterval, with a margin: a count
+# on display this long has been scraped and its block handed to the queue
+SCRAPED_AND_FLUSHED_S = 2.5
+
+
 def scrape_seen(agent: ExporterProcess, truth: Truth) -> int:
-    """Read the agent's count, then give the forwarder (1 s scrape) time to read it too: the
-    count just before the forwarder goes down."""
+    """The last count the forwarder is sure to hold before it goes down: read the agent's
+    count, then wait for a scrape and a flush. A count that appears during the wait may still
+    be in the forwarder's memory (scraped less than a flush interval before a SIGKILL, which
+    loses it as a power cut would), so the caller passes the first read to Truth.down and the
+    later counts are left out of what must arrive."""
+    seen = truth.read(agent)
+    time.sleep(SCRAPED_AND_FLUSHED_S)
     truth.read(agent)
-    time.sleep(1.5)
-    return truth.read(agent)
+    return seen

@@ -514,7 +514,7 @@ class Loaded:
     """A receiver holding the fleet's history and evaluating the shipped rules on its tail."""
 
     fleet: Fleet
-    daemon: Daemon
+    daemon: Daemon  # what dashboards and rules query: the receiver, or the shards' query layer
     api: PrometheusAPI
     start_s: float  # the first sample
     history_end_s: float  # the last sample of the history
@@ -522,9 +522,11 @@ class Loaded:
     ingest: Ingest
     empty: dict[str, float]  # the receiver's own metrics before anything was written
     full: dict[str, float]  # and after
+    shards: tuple[Daemon, ...] = ()  # the receivers behind the query layer, when sharded
 
     def stop(self) -> None:
-        self.daemon.stop()
+        for daemon in (self.daemon, *self.shards):
+            daemon.stop()
 
 
 def load(
@@ -560,6 +562,94 @@ def load(
         return Loaded(fleet, daemon, api, start, end, evaluated, ingest, empty, own_metrics(daemon))
     except BaseException:
         daemon.stop()
+        raise
+
+
+def shard_of(node: str, shards: int) -> int:
+    """The receiver a node's series go to: a stable hash of its node label, so every series of
+    a node lands whole on one receiver (docs/fleet.md: vmagent's hashmod relabelling per URL)."""
+    return int.from_bytes(hashlib.md5(node.encode()).digest()[:8], "big") % shards
+
+
+def query_layer_config(
+    workdir: Path, shards: list[Daemon], rules: Path | None, evaluation_interval: str
+) -> Path:
+    """A Prometheus that holds no raw series: it reads them from every shard (remote_read,
+    read_recent so no time range is left to its own empty storage), evaluates the rule file
+    over them and keeps what the rules record in its own storage."""
+    config = receiver_config(workdir, rules, evaluation_interval)
+    reads = [{"url": d.url + "/api/v1/read", "read_recent": True} for d in shards]
+    config.write_text(config.read_text() + yaml.safe_dump({"remote_read": reads}))
+    return config
+
+
+def load_sharded(
+    fleet: Fleet,
+    binary: str,
+    workdir: Path,
+    window_s: float,
+    *,
+    shards: int = 2,
+    step_s: float = 30.0,
+    evaluation_interval_s: int = 10,
+    timeout_s: float = 120.0,
+) -> Loaded:
+    """As load(), with the fleet spread over `shards` receivers by node and every query and
+    rule answered by a query layer in front of them: Prometheus reading the shards through
+    remote read (the shape of Thanos Query or vmselect over their stores; Debian ships
+    neither). The recorded series' history goes to the query layer, where the rules run."""
+    receivers: list[Daemon] = []
+    query: Daemon | None = None
+    try:
+        for i in range(shards):
+            receivers.append(start_receiver(binary, workdir / f"shard-{i}"))
+        query = start_receiver(binary, workdir / "query")
+        empty = own_metrics(query)
+        spread: list[list[Series]] = [[] for _ in range(shards)]
+        for s in fleet.series:
+            spread[shard_of(dict(s.labels)["node"], shards)].append(s)
+        assert all(spread), "a shard with no node: pick another fleet size"
+        end = time.time()
+        start = end - window_s
+        stamps = list(timestamps(start, end, step_s))
+        ingests = [
+            remote_write(part, d.url + "/api/v1/write", stamps, start)
+            for part, d in zip(spread, receivers, strict=True)
+        ]
+        remote_write(
+            recorded(fleet.series, RULES_FILE.read_text()),
+            query.url + "/api/v1/write",
+            stamps,
+            start,
+        )
+        query_layer_config(workdir / "query", receivers, RULES_FILE, f"{evaluation_interval_s}s")
+        reload(query)
+        tail = 0.0
+        for _ in range(2):
+            time.sleep(2.0)
+            tail = time.time()
+            for part, d in zip(spread, receivers, strict=True):
+                remote_write(part, d.url + "/api/v1/write", [tail], start)
+        api = PrometheusAPI(query.url, timeout=120.0)
+        evaluated = _wait_for_evaluation(api, tail, timeout_s)
+        ingest = Ingest(
+            sum(i.samples for i in ingests), sum(i.seconds for i in ingests), start, stamps[-1]
+        )
+        return Loaded(
+            fleet,
+            query,
+            api,
+            start,
+            end,
+            evaluated,
+            ingest,
+            empty,
+            own_metrics(query),
+            tuple(receivers),
+        )
+    except BaseException:
+        for daemon in (*receivers, *([query] if query else [])):
+            daemon.stop()
         raise
 
 

@@ -409,6 +409,7 @@ class FakeApiserver(_HttpFake):
         self.watches = 0
         self.queries: list[dict[str, str]] = []
         self.watch_unsupported = False  # answer watches with 404 (an endpoint that cannot watch)
+        self.nodes: dict[str, dict[str, Any]] = {}  # GET /api/v1/nodes/<name>, by name
 
     def _event(self, kind: str, obj: dict[str, Any]) -> None:
         self.state.rv += 1
@@ -479,6 +480,9 @@ class _ApiHandler(_Handler):
         url = urllib.parse.urlsplit(self.path)
         query = dict(urllib.parse.parse_qsl(url.query))
         self.fake.queries.append(query)
+        if url.path.startswith("/api/v1/nodes/"):
+            self.node(urllib.parse.unquote(url.path.removeprefix("/api/v1/nodes/")))
+            return
         if url.path != "/api/v1/pods":
             self.status(404, "NotFound", "the server could not find the requested resource")
             return
@@ -486,6 +490,12 @@ class _ApiHandler(_Handler):
             self.watch(query)
         else:
             self.list(query)
+
+    def node(self, name: str) -> None:
+        if name in self.fake.nodes:
+            self.send_json(200, self.fake.nodes[name])
+        else:
+            self.status(404, "NotFound", f'nodes "{name}" not found')
 
     def list(self, query: Mapping[str, str]) -> None:
         fake = self.fake

@@ -1,4 +1,4 @@
-"""Command line: `wattprobe serve`, `wattprobe check`, `wattprobe top`.
+"""Command line: `wattprobe serve`, `wattprobe check`, `wattprobe top`, `wattprobe report`.
 
 Every flag also reads WATTPROBE_<NAME> (dots and dashes become underscores), e.g.
 --web.listen-address <- WATTPROBE_WEB_LISTEN_ADDRESS.
@@ -40,6 +40,7 @@ from exporter.model.config import (
     IdleAttribution,
     IdlePower,
     bounded_duration,
+    parse_duration,
     parse_listen_address,
 )
 from exporter.web.config import WebConfigError
@@ -561,6 +562,129 @@ def top(from_url: str | None, interval_s: float | None, once: bool, **kw: Any) -
     except TopError as exc:
         raise click.ClickException(str(exc)) from None
     sys.exit(status)
+
+
+def _idle_for(text: str) -> int:
+    seconds = parse_duration(text)
+    if seconds < 60 or seconds % 60:
+        raise ValueError(f"{text!r} must be whole minutes, at least 1m")
+    return int(seconds)
+
+
+def _report_period(text: str) -> Any:
+    from datetime import UTC, datetime  # noqa: PLC0415
+
+    from exporter.app.report.period import parse_period  # noqa: PLC0415
+
+    return parse_period(text, datetime.now(UTC))
+
+
+@cli.command()
+@click.option(
+    "--prometheus",
+    "prometheus",
+    required=True,
+    metavar="URL",
+    envvar=_env("--prometheus"),
+    show_envvar=True,
+    help="Prometheus (or a compatible API) holding wattprobe's series, e.g. http://prometheus:9090",
+)
+@click.option(
+    "--period",
+    "period",
+    default="last-month",
+    show_default=True,
+    callback=_converter(_report_period),
+    help="last-month, this-month, YYYY-MM or YYYY-MM-DD..YYYY-MM-DD (UTC days, the end day "
+    "included)",
+)
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="file to write",
+)
+@click.option(
+    "--format",
+    "fmt",
+    default=None,
+    type=click.Choice(["csv", "html", "png"]),
+    help="csv (a spreadsheet), html (one self-contained page with plots), png (the plots, for "
+    "chat; needs the 'report' extra) [default: from --out's suffix, else csv]",
+)
+@click.option(
+    "--selector",
+    default='job="wattprobe"',
+    show_default=True,
+    help='label matchers every query adds, e.g. job="wattprobe",cluster="eu-1" ("" for none)',
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    default="30s",
+    show_default=True,
+    callback=_converter(bounded_duration(TIMEOUT_RANGE)),
+    help="per query",
+)
+@click.option(
+    "--nodes-per-query",
+    default="100",
+    show_default=True,
+    callback=_converter(_at_least(1, "a query needs a node")),
+    help="nodes one query covers",
+)
+@click.option(
+    "--idle-for",
+    "idle_for_s",
+    default="1h",
+    show_default=True,
+    callback=_converter(_idle_for),
+    help="how long an allocated GPU must stay idle before its hours count as idle (the "
+    "WattprobeGpuIdleWhileAllocated alert's for)",
+)
+@click.option(
+    "--allow-partial", is_flag=True, help="write the report despite days without data, noting them"
+)
+def report_command(prometheus: str, out: Path, fmt: str | None, **kw: Any) -> None:
+    """Energy, facility energy, cost, carbon and GPU hours per namespace (docs/report.md).
+
+    Exit status: 0 written, 1 when Prometheus is unreachable, refuses a query or has partial
+    data, 2 on a usage error.
+    """
+    from exporter.app.report import ReportError  # noqa: PLC0415 (rich and the report load only here)
+    from exporter.app.report.command import Options, check_url, run  # noqa: PLC0415
+
+    if fmt is None:
+        fmt = {".html": "html", ".htm": "html", ".png": "png"}.get(out.suffix.lower(), "csv")
+    # {job="x"} as PromQL writes it, or job="x": both mean the matchers
+    selector = kw["selector"].strip().removeprefix("{").removesuffix("}").strip()
+    try:
+        url = check_url(prometheus)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--prometheus'") from None
+    try:
+        done = run(
+            Options(
+                url,
+                kw["period"],
+                out,
+                fmt,
+                selector,
+                kw["timeout_s"],
+                kw["nodes_per_query"],
+                kw["idle_for_s"],
+                kw["allow_partial"],
+            )
+        )
+    except ReportError as exc:
+        raise click.ClickException(str(exc)) from None
+    # what the figures leave out (nodes without a price, PUE...): the HTML page shows them too
+    for note in done.notes:
+        click.echo(f"wattprobe: note: {note}", err=True)
+
+
+report_command.name = "report"
 
 
 def main(argv: list[str] | None = None) -> None:

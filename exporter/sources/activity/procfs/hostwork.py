@@ -18,20 +18,9 @@ The total only rises: a kernel thread's positive growth is added, one that is go
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
 
 from exporter.host.procstat import irq_ticks
-
-
-class _Stat(Protocol):
-    @property
-    def flags(self) -> int: ...
-    @property
-    def utime_ticks(self) -> int: ...
-    @property
-    def stime_ticks(self) -> int: ...
-    @property
-    def start_ticks(self) -> int: ...
+from exporter.sources.activity.procfs.scan import StatFields
 
 
 class KernelWork:
@@ -40,7 +29,7 @@ class KernelWork:
     def __init__(
         self,
         proc_root: str,
-        parse_stat: Callable[[str], _Stat],
+        parse_stat: Callable[[str], StatFields],
         kthread_flag: int,
         ticks_per_second: int,
     ) -> None:

@@ -1,0 +1,179 @@
+"""Pure arithmetic from Prometheus answers to the report's rows.
+
+Everything is a Fraction (Prometheus' decimal strings read exactly), so the rows add up exactly:
+per node and day, the pods' energy plus the node row (what stays on the node: idle, system and
+kernel work, energy not attributed) equals the node's measured energy, and each factor multiplies
+per node before anything is summed across nodes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import date
+from fractions import Fraction
+
+from exporter.app.report.chunk import J_PER_KWH, NODE_ROW, WHOLE_GPU_RESOURCE, ZERO, Chunk
+
+
+def _add(
+    into: dict[str, Fraction], currency_amounts: Mapping[str, Fraction], times: Fraction
+) -> None:
+    for currency, amount in currency_amounts.items():
+        into[currency] = into.get(currency, ZERO) + amount * times
+
+
+@dataclass
+class Row:
+    """One namespace (or the node row) over the whole period."""
+
+    namespace: str
+    energy_j: Fraction = ZERO
+    facility_j: Fraction = ZERO
+    cost: dict[str, Fraction] = field(default_factory=dict)  # per currency
+    carbon_g: Fraction = ZERO
+    unpriced_j: Fraction = ZERO  # energy on nodes without a price: no cost, never a made-up one
+    gpu_hours: Fraction = ZERO
+    idle_gpu_hours: Fraction = ZERO
+    gpu_cost: dict[str, Fraction] = field(default_factory=dict)
+    idle_gpu_cost: dict[str, Fraction] = field(default_factory=dict)
+    unpriced_gpu_hours: Fraction = ZERO
+
+    @property
+    def kwh(self) -> Fraction:
+        return self.energy_j / J_PER_KWH
+
+    @property
+    def facility_kwh(self) -> Fraction:
+        return self.facility_j / J_PER_KWH
+
+
+@dataclass
+class Report:
+    rows: list[Row]  # namespaces by energy, largest first, then the node row
+    total: Row
+    daily: dict[date, dict[str, Fraction]]  # day -> namespace -> energy in J
+    node_energy_j: Fraction
+    notes: list[str]
+
+    @property
+    def currencies(self) -> list[str]:
+        found = {c for r in self.rows for d in (r.cost, r.gpu_cost, r.idle_gpu_cost) for c in d}
+        return sorted(found)
+
+
+def gpu_price(chunk: Chunk, node: str, uuid: str) -> dict[str, Fraction]:
+    """A GPU's price per hour by currency: its model's entry, else the whole-GPU resource's."""
+    entries = chunk.gpu_prices.get(node, ())
+    model = chunk.gpu_model.get((node, uuid))
+    by_model = {p.currency: p.per_hour for p in entries if model is not None and p.model == model}
+    if by_model:
+        return by_model
+    return {p.currency: p.per_hour for p in entries if p.resource == WHOLE_GPU_RESOURCE}
+
+
+def _energy_into(
+    row: Row, chunk: Chunk, node: str, joules: Fraction, missing: dict[str, set[str]]
+) -> None:
+    pue = chunk.pue.get(node)
+    if pue is None:
+        missing["PUE"].add(node)
+    facility = joules * (pue if pue is not None else 1)
+    row.energy_j += joules
+    row.facility_j += facility
+    carbon = chunk.carbon.get(node)
+    if carbon is None:
+        missing["carbon intensity"].add(node)
+    else:
+        row.carbon_g += facility / J_PER_KWH * carbon
+    prices = chunk.price.get(node)
+    if not prices:
+        missing["energy price"].add(node)
+        row.unpriced_j += joules
+    else:
+        _add(row.cost, prices, facility / J_PER_KWH)
+
+
+def compute(chunks: Iterable[Chunk]) -> Report:
+    rows: dict[str, Row] = {}
+    daily: dict[date, dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
+    missing: dict[str, set[str]] = defaultdict(set)
+    notes: list[str] = []
+    node_total = ZERO
+
+    def row(namespace: str) -> Row:
+        return rows.setdefault(namespace, Row(namespace))
+
+    for chunk in chunks:
+        energies, pods_of = chunk.node_energies(), chunk.pods_by_node()
+        for node in sorted(energies.keys() | pods_of.keys()):
+            pods = dict(pods_of.get(node, {}))
+            measured = energies.get(node)
+            if measured is None:
+                missing["node energy"].add(node)
+                measured = sum(pods.values(), ZERO)
+            node_total += measured
+            # the node row is the rest, even when negative (pods' counters ahead of the node's
+            # by a scrape): clamping it would break the sum
+            pods[NODE_ROW] = measured - sum(pods.values(), ZERO)
+            for namespace, joules in pods.items():
+                _energy_into(row(namespace), chunk, node, joules, missing)
+                daily[chunk.day][namespace] += joules
+        for kind, table in (("gpu", chunk.gpu_minutes), ("idle", chunk.idle_minutes)):
+            for (node, namespace, uuid), minutes in table.items():
+                r = row(namespace)
+                hours = minutes / 60
+                price = gpu_price(chunk, node, uuid)
+                if kind == "gpu":
+                    r.gpu_hours += hours
+                    _add(r.gpu_cost, price, hours)
+                    if not price:
+                        r.unpriced_gpu_hours += hours
+                        missing["GPU-hour price"].add(f"{node} GPU {uuid}")
+                else:
+                    r.idle_gpu_hours += hours
+                    _add(r.idle_gpu_cost, price, hours)
+    for what, nodes in sorted(missing.items()):
+        notes.append(f"no {what} for {', '.join(sorted(nodes))}" + _consequence(what))
+    ordered = sorted(
+        (r for n, r in rows.items() if n != NODE_ROW), key=lambda r: (-r.energy_j, r.namespace)
+    )
+    if NODE_ROW in rows:
+        ordered.append(rows[NODE_ROW])
+    return Report(
+        ordered,
+        total_of(ordered),
+        {d: dict(v) for d, v in sorted(daily.items())},
+        node_total,
+        notes,
+    )
+
+
+def _consequence(what: str) -> str:
+    return {
+        "PUE": ": their facility energy is their IT energy (no overhead counted)",
+        "energy price": ": their energy has no cost (column unpriced_kwh)",
+        "carbon intensity": ": their energy has no carbon figure",
+        "GPU-hour price": ": its hours have no cost (column unpriced_gpu_hours)",
+        "node energy": " on some days, only pods' energy: their pods' energy is taken as theirs",
+    }.get(what, "")
+
+
+def total_of(rows: Iterable[Row]) -> Row:
+    total = Row("(total)")
+    for r in rows:
+        total.energy_j += r.energy_j
+        total.facility_j += r.facility_j
+        total.carbon_g += r.carbon_g
+        total.unpriced_j += r.unpriced_j
+        total.gpu_hours += r.gpu_hours
+        total.idle_gpu_hours += r.idle_gpu_hours
+        total.unpriced_gpu_hours += r.unpriced_gpu_hours
+        for mine, theirs in (
+            (total.cost, r.cost),
+            (total.gpu_cost, r.gpu_cost),
+            (total.idle_gpu_cost, r.idle_gpu_cost),
+        ):
+            _add(mine, theirs, Fraction(1))
+    return total

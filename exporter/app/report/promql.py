@@ -1,0 +1,117 @@
+"""The report's PromQL over wattprobe's raw series (not the recording rules), evaluated at the end
+of one chunk (a UTC day) with the chunk's length as the range, kept per node so the node's
+factors (PUE, price, carbon intensity) apply before anything is summed across nodes. Node means
+(cluster, node): two clusters may both have a node "worker-1"."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+STEP = "1m"  # GPU hours are counted minute by minute
+STEP_MS = 60_000
+PRICE = "wattprobe_energy_price_per_kwh"
+IDLE_UTILIZATION = "0.01"  # the WattprobeGpuIdleWhileAllocated alert's threshold
+
+
+def node_matcher(nodes: list[str]) -> str:
+    return (
+        'node=~"'
+        + "|".join(re.escape(n).replace("\\", "\\\\").replace('"', '\\"') for n in nodes)
+        + '"'
+    )
+
+
+@dataclass(frozen=True)
+class Queries:
+    """Every expression of one chunk: `selector` holds the user's matchers plus the node batch."""
+
+    selector: str
+    range_ms: int
+    idle_for_ms: int
+
+    def _sel(self, *extra: str) -> str:
+        return "{" + ", ".join(m for m in (self.selector, *extra) if m) + "}"
+
+    @property
+    def _range(self) -> str:
+        return f"[{self.range_ms}ms]"
+
+    @property
+    def _minutes(self) -> str:
+        # the chunk's minute points (start, end]: one short of the range, so the point at the
+        # start (the previous chunk's last) is not counted twice, under left-closed ranges
+        # (Prometheus 2) and left-open ones (3) alike
+        return f"[{self.range_ms - 1}ms:{STEP}]"
+
+    def _over(self, by: str, agg: str, fn: str, metric: str) -> str:
+        """`agg by (by) (fn(metric{selector}[chunk]))`."""
+        return f"{agg} by ({by}) ({fn}({metric}{self._sel()}{self._range}))"
+
+    def pod_energy(self) -> str:
+        return self._over(
+            "cluster, node, namespace", "sum", "increase", "wattprobe_pod_energy_joules_total"
+        )
+
+    def node_energy(self) -> str:
+        return self._over(
+            "cluster, node, zone", "sum", "increase", "wattprobe_node_energy_joules_total"
+        )
+
+    def attributed_zones(self) -> str:
+        # zone kinds split among workloads: those with pod or container series (the
+        # pseudo-containers system_processes and kernel_processes are always served)
+        name = '__name__=~"wattprobe_(pod|container)_energy_joules_total"'
+        return f"count by (cluster, node, zone) (last_over_time({self._sel(name)}{self._range}))"
+
+    def gpu_energy(self) -> str:
+        return self._over("cluster, node", "sum", "increase", "wattprobe_gpu_energy_joules_total")
+
+    def factor(self, metric: str) -> str:
+        return self._over("cluster, node", "avg", "avg_over_time", metric)
+
+    def energy_price(self) -> str:
+        return self._over("cluster, node, currency", "avg", "avg_over_time", PRICE)
+
+    def energy_price_samples(self) -> str:
+        return self._over("cluster, node, currency", "sum", "count_over_time", PRICE)
+
+    def gpu_models(self) -> str:
+        return self._over(
+            "cluster, node, uuid, model", "max", "last_over_time", "wattprobe_gpu_info"
+        )
+
+    def gpu_hour_price(self) -> str:
+        return (
+            "avg by (cluster, node, currency, model, resource) "
+            f"(avg_over_time(wattprobe_gpu_hour_price{self._sel()}{self._range}))"
+        )
+
+    def _allocations(self) -> str:
+        # a pod holds a GPU once however many of its containers share it; MIG devices are left
+        # out (as in the showback rules): the allocation does not name the MIG profile, and a
+        # whole GPU's price would overbill a slice
+        by = "cluster, node, namespace, pod, uuid"
+        whole = self._sel('uuid!=""', 'mig_device=""')
+        return f"max by ({by}) (wattprobe_gpu_allocation_info{whole})"
+
+    def gpu_minutes(self) -> str:
+        """Minutes each (node, namespace, GPU) was allocated, once per pod holding it."""
+        held = self._allocations()
+        return f"sum by (cluster, node, namespace, uuid) (count_over_time(({held}){self._minutes}))"
+
+    def idle_gpu_minutes(self) -> str:
+        """Minutes of allocation while WattprobeGpuIdleWhileAllocated's condition had held for
+        its `for`: allocated, at most 1% busy over 5 minutes, at every minute of the last
+        idle_for."""
+        idle = (
+            f"{self._allocations()} * on (uuid) group_left () "
+            f"(max by (uuid) (max_over_time(wattprobe_gpu_utilization_ratio{self._sel()}[5m])) "
+            f"< {IDLE_UTILIZATION})"
+        )
+        points = self.idle_for_ms // STEP_MS
+        held = f"count_over_time(({idle})[{self.idle_for_ms - 1}ms:{STEP}]) >= {points}"
+        return f"sum by (cluster, node, namespace, uuid) (count_over_time(({held}){self._minutes}))"
+
+    def nodes(self) -> str:
+        return self._over("node", "count", "last_over_time", "wattprobe_node_energy_joules_total")
