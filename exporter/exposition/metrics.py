@@ -116,8 +116,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "counter",
         "Energy of an attributed zone kind given up because no activity reading covered it: held "
         'for 3 intervals without one, then counted here; reason="late" (the activity read did '
-        'not return in time) or "failed". Per zone kind, node active = workloads\' active + this '
-        "+ wattprobe_node_pending_energy_joules (docs/attribution.md).",
+        'not return in time) or "failed"; for a GPU (zone="gpu", gpu=<index>) "no_process_list" '
+        "(its process list could not be read). Per zone kind (per GPU), node active = workloads' "
+        "active + this + wattprobe_node_pending_energy_joules (docs/attribution.md).",
         ("zone", "mode", "reason"),
         ("gpu",),
     ),
@@ -125,7 +126,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "node_pending_energy_joules",
         "gauge",
         "Energy of an attributed zone kind held now for the activity reading that covers it "
-        "(after a late or failed read); handed to workloads when that reading comes.",
+        "(after a late or failed read), or a GPU's for its process list; handed to workloads "
+        "when that reading comes.",
         ("zone", "mode"),
         ("gpu",),
     ),
