@@ -1088,10 +1088,53 @@ def exporter_health(settings: Settings) -> JSON:
             overrides=[dashed("byFrameRefID", "B")],
         ),
     )
+    lay.row("Attribution")
+    rate = "[$__rate_interval]"
+    zone_energy = (
+        f"sum by (node, zone) (rate(wattprobe_node_energy_joules_total{sel()}{rate}))"
+        " or label_replace(sum by (node, zone, gpu) "
+        f'(rate(wattprobe_gpu_energy_joules_total{sel()}{rate})), "zone", "gpu", "", "")'
+    )
+    lay.add(
+        timeseries(
+            "Energy given up, share of its zone",
+            "Energy no activity reading (or, for a GPU, no process list) covered within the "
+            "hold bound, as a share of its zone kind's energy (a GPU's: of that GPU's), per "
+            "reason: late or failed activity reads, no_process_list. Billed to no pod: pods are "
+            "billed that much too little. 0 on a healthy node (alert "
+            "WattprobeEnergyUnattributed above 1 %).",
+            [
+                Query(
+                    "sum by (node, zone, gpu, reason) "
+                    f"(rate(wattprobe_node_unattributed_energy_joules_total{sel()}{rate})) "
+                    f"/ on (node, zone, gpu) group_left () ({zone_energy})",
+                    "{{node}} {{zone}} {{gpu}} {{reason}}",
+                )
+            ],
+            "percentunit",
+            steps=thresholds(("green", None), ("red", 0.01)),
+            threshold_style="line",
+        ),
+        timeseries(
+            "Energy held for its activity reading",
+            "Joules held now because the interval's activity read (or a GPU's process list) "
+            "was late or failed: handed to the pods when the reading that covers them comes, "
+            "given up after 3 intervals (previous panel). Brief spikes are late reads caught "
+            "up; a plateau means reads keep failing.",
+            [
+                Query(
+                    f"max by (node, zone, gpu, mode) (wattprobe_node_pending_energy_joules{sel()})",
+                    "{{node}} {{zone}} {{gpu}} {{mode}}",
+                )
+            ],
+            "joule",
+        ),
+    )
     return dashboard(
         uid="wattprobe-exporter-health",
         title="wattprobe / Exporter health",
-        description="Scrape targets, sources up per node, collect and scrape durations, eBPF.",
+        description="Scrape targets, sources up per node, collect and scrape durations, eBPF, "
+        "energy given up or held for its activity reading.",
         tags=TAGS,
         variables=[
             datasource_variable(),

@@ -18,6 +18,9 @@ files under its own directory):
   deploy/overlays/kubeedge/edge/forwarder/*
      -> deploy/helm/wattprobe/files/generated/forwarder/*        (the edge forwarder's config
                                                                  files, byte for byte)
+  deploy/components/showback/showback.yaml
+     -> deploy/helm/wattprobe/files/generated/showback/showback.yaml  (the showback example,
+                                                                 byte for byte)
 
   python3 deploy/generate.py           rewrite the generated files
   python3 deploy/generate.py --check   exit 1 (with a diff) when they differ from the sources
@@ -46,6 +49,7 @@ RULES_GLOB = "alerts/*.rules.yml"
 DASHBOARDS_GLOB = "dashboards/*.json"
 CHART_GENERATED = Path("deploy/helm/wattprobe/files/generated")
 FORWARDER_DIR = Path("deploy/overlays/kubeedge/edge/forwarder")
+SHOWBACK_FILE = Path("deploy/components/showback/showback.yaml")
 
 NAME = "wattprobe"
 COMMON_LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": NAME}
@@ -184,6 +188,10 @@ def render(root: Path) -> list[Output]:
         Output(CHART_GENERATED / RULE_FILE.name, rule),
         Output(CHART_GENERATED / DASHBOARD_FILE.name, chart_dashboards),
         *forwarder,
+        Output(
+            CHART_GENERATED / "showback" / SHOWBACK_FILE.name,
+            (root / SHOWBACK_FILE).read_text(encoding="utf-8"),
+        ),
     ]
 
 

@@ -15,6 +15,15 @@ exporter/sources/activity/procfs/pidowner.py) and gets a task key (pid, start ti
 container. One that cannot be found there either (its /proc entry is not visible here, or it
 exited in between) keeps its energy under a pseudo task of the "unknown_processes"
 pseudo-container, so the per-GPU sums stay exact.
+
+A GPU whose process list could not be read this interval (GpuReading.processes_unread: a failed
+NVML process or utilization call, a failed fdinfo scan) has energy but nothing to split it by.
+Its active energy is held (exporter/accounting/pending.py, per GPU, the bound of the CPU zones)
+and split with the next list of that GPU, which covers the held time: NVML's utilization samples
+and fdinfo's engine times are taken since the last successful read. Past the bound it is given
+up to the node's unattributed counter with reason no_process_list, per GPU; never to a
+pseudo-container. Its idle follows the idle policy as usual, except that the activity policy
+leaves it on the node (its weights would be a guess).
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from exporter.accounting.gpu_attribution import (
 )
 from exporter.accounting.idle import IdleBaseline
 from exporter.accounting.meter import COUNTER, DeviceSample, ZoneMeter
+from exporter.accounting.pending import HOLD_INTERVALS, PendingEnergy
 from exporter.model.config import IdleAttribution, IdlePower
 from exporter.model.gpu_readings import GpuReading, GpuReadings
 from exporter.model.gpu_snapshot import (
@@ -45,7 +55,7 @@ from exporter.model.gpu_snapshot import (
 )
 from exporter.model.identity import ContainerRef
 from exporter.model.readings import SourceStatus, TaskKey, TaskSample
-from exporter.model.snapshot import DeviceHealth
+from exporter.model.snapshot import UNATTRIBUTED_NO_PROCESS_LIST, DeviceHealth, Energy
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +112,12 @@ class GpuAccounting:
         idle_policy: IdleAttribution,
         holders: GpuHolders | None = None,
         resolve_pids: PidResolver | None = None,
+        hold_intervals: int = HOLD_INTERVALS,
     ) -> None:
         self._resolve_pids = resolve_pids
+        self._hold_intervals = hold_intervals
+        # per GPU (its state key): active energy waiting for the process list that covers it
+        self._pending: dict[str, PendingEnergy] = {}
         self._idle_power = idle_power
         self._idle_policy = idle_policy
         self._holders = holders
@@ -141,6 +155,7 @@ class GpuAccounting:
                     utilization=None,
                 )
         if reading is None:
+            self._age_held(set())
             return GpuInterval([], {}, [])
         self._driver_version = reading.driver_version
         self._cuda_version = reading.cuda_version
@@ -156,6 +171,7 @@ class GpuAccounting:
                 extra_owner.update(found.values())
                 owner = {**owner, **extra_owner}
         zones = []
+        settled: set[str] = set()
         for gpu in reading.gpus:
             state = self._state(gpu)
             # A lost GPU counts as unreadable and keeps its baseline: the gap is counted when
@@ -166,31 +182,76 @@ class GpuAccounting:
             if gpu.lost:
                 continue
             self._memory.extend(_container_memory(gpu, pid_keys, owner))
-            if measured is None:
+            key = _state_key(gpu)
+            if measured is None and not self._held(key):
                 continue
-            source = energy_source(gpu.backend, counter=measured.method == COUNTER)
-            active, idle = measured.active_j, measured.idle_j
-            _add(state.energy, (source, ACTIVE), active)
-            _add(state.energy, (source, IDLE), idle)
-            zones.append(
-                self._zone(
-                    state,
-                    gpu,
-                    energy=(active, idle),
-                    pid_keys=pid_keys,
-                    ioctls=ioctls[NVIDIA_DRIVER if gpu.vendor == "nvidia" else DRM_DRIVER],
-                    owner=owner,
-                    extra_owner=extra_owner,
-                )
+            active, idle = 0.0, 0.0
+            if measured is not None:
+                source = energy_source(gpu.backend, counter=measured.method == COUNTER)
+                active, idle = measured.active_j, measured.idle_j
+                _add(state.energy, (source, ACTIVE), active)
+                _add(state.energy, (source, IDLE), idle)
+            zone = self._zone(
+                state,
+                gpu,
+                energy=(active, idle),
+                pid_keys=pid_keys,
+                ioctls=ioctls[NVIDIA_DRIVER if gpu.vendor == "nvidia" else DRM_DRIVER],
+                owner=owner,
+                extra_owner=extra_owner,
             )
+            zones.extend(self._settle(key, zone, gap=bool(gpu.processes_unread)))
+            settled.add(key)
+        self._age_held(settled)
         statuses = []
         if reading.event_watch is not None:
             w = reading.event_watch
             statuses.append(SourceStatus(XID_SOURCE, w.up, w.reason, w.detail))
         return GpuInterval(zones, extra_owner, statuses)
 
+    def _held(self, key: str) -> bool:
+        pending = self._pending.get(key)
+        return pending is not None and bool(pending.pending())
+
+    def _settle(self, key: str, zone: ZoneEnergy, *, gap: bool) -> list[ZoneEnergy]:
+        """The GPU's zone to attribute now: held (active energy 0) when its process list is
+        missing, else with what was held for it added (pending.py keeps the sums exact)."""
+        pending = self._pending.get(key)
+        if pending is None:
+            if not gap:
+                return [zone]
+            pending = self._pending[key] = PendingEnergy(self._hold_intervals)
+        return pending.settle(
+            [zone],
+            gap=UNATTRIBUTED_NO_PROCESS_LIST if gap else "",
+            weights=zone.weights,
+            idle_weights=zone.idle_weights,
+        )
+
+    def _age_held(self, settled: set[str]) -> None:
+        """A GPU with held energy and no zone this interval (lost, unread, no measurement):
+        one more interval without its list, so the bound holds in intervals."""
+        for key, pending in self._pending.items():
+            if key not in settled and pending.pending():
+                pending.settle([], gap=UNATTRIBUTED_NO_PROCESS_LIST, weights={}, idle_weights=None)
+
+    def pending(self) -> tuple[Energy, ...]:
+        """Joules held now per GPU, waiting for its process list."""
+        return tuple(
+            Energy(zone, gpu, mode, joules)
+            for pending in self._pending.values()
+            for (zone, gpu, mode), joules in sorted(pending.pending().items())
+        )
+
+    def unattributed(self) -> dict[tuple[tuple[str, str, str], str], float]:
+        """Cumulative joules given up per ((zone, gpu, mode), reason), all GPUs."""
+        out: dict[tuple[tuple[str, str, str], str], float] = {}
+        for pending in self._pending.values():
+            out.update(pending.unattributed())
+        return out
+
     def _state(self, gpu: GpuReading) -> _GpuState:
-        key = gpu.uuid or f"index:{gpu.index}"
+        key = _state_key(gpu)
         state = self._gpus.get(key)
         if state is None:
             state = _GpuState(
@@ -226,7 +287,9 @@ class GpuAccounting:
     ) -> ZoneEnergy:
         active, idle = energy
         split = process_weights(gpu, ioctls)
-        state.methods[split.method] = state.methods.get(split.method, 0) + 1
+        missing = bool(gpu.processes_unread)
+        if not missing:  # a held interval is split later, by the list that covers it
+            state.methods[split.method] = state.methods.get(split.method, 0) + 1
         weights: dict[TaskKey, float] = {}
         for pid, w in split.weights.items():
             key = pid_keys.get(pid)
@@ -237,7 +300,7 @@ class GpuAccounting:
         idle_weights: Mapping[TaskKey, float] | None = None
         idle_containers: Mapping[ContainerRef, float] | None = None
         attributable_idle = idle
-        if self._idle_policy is IdleAttribution.ACTIVITY and weights:
+        if self._idle_policy is IdleAttribution.ACTIVITY and weights and not missing:
             idle_weights = weights
         elif self._idle_policy is IdleAttribution.HOLDERS:
             context = {pid: owner.get(key, UNKNOWN) for pid, key in pid_keys.items()}
@@ -335,6 +398,10 @@ def _device_sample(gpu: GpuReading, stamp: float) -> DeviceSample:
         rated_power_w=limit,
         fault="lost" if gpu.lost else gpu.fault,
     )
+
+
+def _state_key(gpu: GpuReading) -> str:
+    return gpu.uuid or f"index:{gpu.index}"
 
 
 def _utilization(gpu: GpuReading) -> float | None:

@@ -135,6 +135,7 @@ class Monitor:
             idle_policy=settings.idle_policy,
             holders=parts.identity.gpu_holders if parts.identity is not None else None,
             resolve_pids=parts.gpu_pids,
+            hold_intervals=settings.hold_intervals,
         )
         self._node = CounterTable[ZoneId, str]()
         self._workloads = WorkloadLedger(with_processes=settings.with_processes)
@@ -267,9 +268,11 @@ class Monitor:
             retired_containers=energy_items(self._workloads.retired_containers),
             unattributed=tuple(
                 UnattributedEnergy(z, g, m, reason, j)
-                for ((z, g, m), reason), j in sorted(self._pending.unattributed().items())
+                for ((z, g, m), reason), j in sorted(
+                    {**self._pending.unattributed(), **self._gpu.unattributed()}.items()
+                )
             ),
-            pending=energy_items(self._pending.pending()),
+            pending=(*energy_items(self._pending.pending()), *self._gpu.pending()),
             sources=tuple(statuses),
             attributed_zones=attributed,
             gpus=self._gpu.counters(),

@@ -17,6 +17,8 @@ from exporter import __version__
 from exporter.app.progress import Progress
 from exporter.app.registry import CONTAINER, REGISTRY
 from exporter.app.wiring import Parts, build
+from exporter.exposition.showback import ShowbackCollector
+from exporter.exposition.showback_live import LiveShowback
 from exporter.model.config import Config
 from exporter.web.live import LiveWebConfig
 from exporter.web.server import Health, MetricsServer, make_server
@@ -33,9 +35,11 @@ class Agent:
         web: LiveWebConfig | None = None,
         progress: Progress | None = None,
         builder: Callable[[Config, Progress | None], Parts] = build,
+        showback: LiveShowback | None = None,
     ) -> None:
         self.config = config
         self._web = web
+        self._showback = showback
         self._progress = progress or Progress()
         self._build = builder
         self._stop = threading.Event()
@@ -77,6 +81,7 @@ class Agent:
             limits=config.http_limits,
             web=self._web,
             containers=REGISTRY.enabled(config, CONTAINER),
+            collectors=[ShowbackCollector(self._showback.current)] if self._showback else [],
         )
         # the first interval only sets baselines: /metrics has energy after the second
         self._progress.begin("measuring the first interval", expected_s=config.interval_s)

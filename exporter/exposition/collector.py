@@ -17,7 +17,12 @@ from exporter import __version__
 from exporter.exposition.gpu import gpu_families
 from exporter.exposition.metrics import BY_NAME, PREFIX
 from exporter.model.health import REJECT_REASONS
-from exporter.model.snapshot import UNATTRIBUTED_REASONS, Energy, Snapshot
+from exporter.model.snapshot import (
+    UNATTRIBUTED_NO_PROCESS_LIST,
+    UNATTRIBUTED_REASONS,
+    Energy,
+    Snapshot,
+)
 
 
 def _family(name: str) -> Metric:
@@ -208,6 +213,7 @@ def pod_label_name(key: str) -> str:
 
 
 _ACTIVE = "active"  # the mode every attributed zone has (accounting/attribution.py ACTIVE)
+_GPU_ZONE = "gpu"  # every GPU's zone (accounting/gpu.py GPU_ZONE)
 
 
 def _unattributed_metrics(snap: Snapshot) -> Iterator[Metric]:
@@ -218,6 +224,8 @@ def _unattributed_metrics(snap: Snapshot) -> Iterator[Metric]:
     for zone in snap.attributed_zones:
         for reason in UNATTRIBUTED_REASONS:
             counted.setdefault((zone, "", _ACTIVE, reason), 0.0)
+    for g in snap.gpus:
+        counted.setdefault((_GPU_ZONE, str(g.index), _ACTIVE, UNATTRIBUTED_NO_PROCESS_LIST), 0.0)
     for (zone, gpu, mode, reason), joules in sorted(counted.items()):
         _add(given_up, {"zone": zone, "gpu": gpu, "mode": mode, "reason": reason}, joules)
     yield given_up
@@ -225,6 +233,8 @@ def _unattributed_metrics(snap: Snapshot) -> Iterator[Metric]:
     held = {(e.zone, e.gpu, e.mode): e.joules for e in snap.pending}
     for zone in snap.attributed_zones:
         held.setdefault((zone, "", _ACTIVE), 0.0)
+    for g in snap.gpus:
+        held.setdefault((_GPU_ZONE, str(g.index), _ACTIVE), 0.0)
     for (zone, gpu, mode), joules in sorted(held.items()):
         _add(pending, {"zone": zone, "gpu": gpu, "mode": mode}, joules)
     yield pending

@@ -116,8 +116,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "counter",
         "Energy of an attributed zone kind given up because no activity reading covered it: held "
         'for 3 intervals without one, then counted here; reason="late" (the activity read did '
-        'not return in time) or "failed". Per zone kind, node active = workloads\' active + this '
-        "+ wattprobe_node_pending_energy_joules (docs/attribution.md).",
+        'not return in time) or "failed"; for a GPU (zone="gpu", gpu=<index>) "no_process_list" '
+        "(its process list could not be read). Per zone kind (per GPU), node active = workloads' "
+        "active + this + wattprobe_node_pending_energy_joules (docs/attribution.md).",
         ("zone", "mode", "reason"),
         ("gpu",),
     ),
@@ -125,7 +126,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "node_pending_energy_joules",
         "gauge",
         "Energy of an attributed zone kind held now for the activity reading that covers it "
-        "(after a late or failed read); handed to workloads when that reading comes.",
+        "(after a late or failed read), or a GPU's for its process list; handed to workloads "
+        "when that reading comes.",
         ("zone", "mode"),
         ("gpu",),
     ),
@@ -408,7 +410,57 @@ WEB_CATALOGUE: tuple[MetricSpec, ...] = (
     ),
 )
 
-BY_NAME = {spec.name: spec for spec in CATALOGUE + WEB_CATALOGUE}
+# The node's showback settings (--showback.*, exporter/exposition/showback.py): served from the
+# settings in force at each render, each family only while it is configured.
+SHOWBACK_CATALOGUE: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "node_pue",
+        "gauge",
+        "The node's facility PUE (facility energy / IT energy, >= 1), from --showback.pue or "
+        "--showback.config; absent when not configured. Facility energy = IT energy x PUE.",
+        section="Showback",
+    ),
+    MetricSpec(
+        "energy_price_per_kwh",
+        "gauge",
+        "Price of one kWh of the node's facility energy, in currency (an ISO 4217 code; one per "
+        "node), from --showback.energy-price or --showback.config; absent when not configured.",
+        ("currency",),
+        section="Showback",
+    ),
+    MetricSpec(
+        "carbon_intensity_grams_per_kwh",
+        "gauge",
+        "Carbon intensity of the node's grid in gCO2e per kWh, from --showback.carbon-intensity "
+        "or --showback.config; absent when not configured.",
+        section="Showback",
+    ),
+    MetricSpec(
+        "gpu_hour_price",
+        "gauge",
+        "Price of one allocated GPU for one hour, in currency, per --showback.config entry: a "
+        "GPU model (as in wattprobe_gpu_info's model label) or a device plugin resource; the "
+        'other label is "". Absent when no entry is configured.',
+        ("currency", "model", "resource"),
+        section="Showback",
+    ),
+    MetricSpec(
+        "showback_config_last_reload_successful",
+        "gauge",
+        "1 if the last read of --showback.config (at start, on SIGHUP, or when the file changed) "
+        "succeeded; 0 if it was refused and the previous settings are still served. Only with "
+        "--showback.config.",
+        section="Showback",
+    ),
+    MetricSpec(
+        "showback_config_last_reload_success_timestamp_seconds",
+        "gauge",
+        "Unix time of the last successful read of --showback.config. Only with --showback.config.",
+        section="Showback",
+    ),
+)
+
+BY_NAME = {spec.name: spec for spec in CATALOGUE + WEB_CATALOGUE + SHOWBACK_CATALOGUE}
 
 
 # What one pod costs in series (issue 22's budget: <= 10 by default).
@@ -455,7 +507,7 @@ def render_markdown() -> str:
         "",
     ]
     sections: dict[str, list[MetricSpec]] = {}
-    for spec in CATALOGUE + WEB_CATALOGUE:
+    for spec in CATALOGUE + WEB_CATALOGUE + SHOWBACK_CATALOGUE:
         sections.setdefault(spec.section, []).append(spec)
     for section, specs in sections.items():
         lines += [f"## {section}", "", "| metric | type | labels | meaning |", "|---|---|---|---|"]

@@ -21,6 +21,20 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MAX_PROC_STAT_BYTES = 4 << 20
 
 
+# /proc/stat fields irq and softirq (after "cpu"), 0-based
+_IRQ_FIELDS = (5, 6)
+
+
+def irq_ticks(text: str) -> int:
+    """irq + softirq ticks of /proc/stat's aggregate cpu line: the node's time in interrupt
+    context (host work in both activity modes: kernel_processes)."""
+    for line in text.split("\n"):
+        if line.startswith("cpu "):
+            fields = line.split()[1:]
+            return sum(int(fields[i]) for i in _IRQ_FIELDS if i < len(fields))
+    raise ValueError("no aggregate cpu line in /proc/stat")
+
+
 @dataclass(frozen=True, slots=True)
 class ProcStat:
     """The fields of /proc/<pid>/stat that wattprobe uses."""

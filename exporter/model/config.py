@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from exporter.model.showback import Showback
+
 DEFAULT_PORT = 28390
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 PODRESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
@@ -239,6 +241,9 @@ class Config:
     cdi_spec_dirs: tuple[Path, ...] = CDI_SPEC_DIRS  # DRA claims' CDI devices -> GPUs
     gpu_resources: tuple[str, ...] = DEFAULT_GPU_RESOURCES  # device plugin resources: GPUs
     source_timeout_s: float | None = None  # None: half the interval, at least MIN_SOURCE_TIMEOUT_S
+    # the --showback.* flags (validated) and the file whose values win over them
+    showback: Showback = field(default_factory=Showback)
+    showback_config_file: Path | None = None
 
     def collector_on(self, name: str) -> bool:
         """Whether --collector.NAME is on. The defaults are resolved once, by the registry

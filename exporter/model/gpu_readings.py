@@ -109,6 +109,10 @@ class GpuReading:
     # why its power or energy could not be read although the GPU has the sensor ("" when it
     # could): a hostile or broken file shows on the GPU's device_up, not only in a log
     fault: str = ""
+    # why its process list (running processes, per-process utilization or engine time) could
+    # not be read this interval although the GPU gives one ("" when read, or not supported):
+    # its active energy then waits for the list that covers it (exporter/accounting/gpu.py)
+    processes_unread: str = ""
 
 
 @dataclass(frozen=True, slots=True)

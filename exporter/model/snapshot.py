@@ -28,6 +28,8 @@ class Energy:
 UNATTRIBUTED_LATE = "late"
 UNATTRIBUTED_FAILED = "failed"
 UNATTRIBUTED_REASONS = (UNATTRIBUTED_LATE, UNATTRIBUTED_FAILED)
+# A GPU's active energy whose process list could not be read (exporter/accounting/gpu.py).
+UNATTRIBUTED_NO_PROCESS_LIST = "no_process_list"
 
 
 @dataclass(frozen=True, slots=True)

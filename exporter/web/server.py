@@ -27,8 +27,10 @@ import logging
 import resource
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
+
+from prometheus_client.registry import Collector
 
 from exporter.exposition.cache import ExpositionCache, Renderer
 from exporter.model.config import HttpLimits
@@ -305,10 +307,15 @@ def make_server(
     limits: HttpLimits | None = None,
     web: LiveWebConfig | None = None,
     containers: bool = True,
+    collectors: Sequence[Collector] = (),
 ) -> MetricsServer:
-    """containers: serve per-container series of pods' containers (--collector.container)."""
+    """containers: serve per-container series of pods' containers (--collector.container);
+    collectors: more series rendered with every snapshot (the showback settings)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    routes = Routes(ExpositionCache(snapshot, containers=containers), health, telemetry_path)
+    cache = ExpositionCache(snapshot, containers=containers)
+    for collector in collectors:
+        cache.register(collector)
+    routes = Routes(cache, health, telemetry_path)
     return MetricsServer((host, port), routes, limits or HttpLimits(), web, family)
 
 

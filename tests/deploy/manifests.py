@@ -28,6 +28,7 @@ COMPONENTS = (
     "tolerate-all-noschedule",
     "critical-priority-quota",
     "node-labels",
+    "showback",
 )
 IMAGE_REPOSITORY = "ghcr.io/wattprobe/wattprobe"
 

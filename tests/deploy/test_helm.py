@@ -42,7 +42,7 @@ OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule"}
 KUBE_VERSIONS = [
     v for v in kubernetes_validate.utils.all_versions() if version_tuple(v)[:2] >= (1, 29)
 ]
-# The chart's values for what the five kustomize components do (deploy/components/*).
+# The chart's values for what the kustomize components do (deploy/components/*).
 COMPONENT_VALUES: dict[str, Any] = {
     "runtimeClassName": "nvidia",  # nvidia-runtimeclass
     # kubelet-fine-grained-authz, node-labels
@@ -50,6 +50,7 @@ COMPONENT_VALUES: dict[str, Any] = {
     "webConfig": {"enabled": True},  # web-config
     "tolerations": [{"operator": "Exists", "effect": "NoSchedule"}],  # tolerate-all-noschedule
     "criticalPriorityQuota": {"enabled": True},  # critical-priority-quota
+    "showback": {"configMap": {"enabled": True}},  # showback
 }
 # Everything switched on at once, with the extra labels kube-prometheus-stack selects by.
 EVERYTHING: dict[str, Any] = {

@@ -62,6 +62,8 @@ REQUIRED_ALERTS = {
     # issue 30: the vmagent forwarder's queue
     "WattprobeEdgeQueueNearBound",
     "WattprobeEdgeQueueDropped",
+    # issue 27: energy given up for want of an activity reading or a GPU process list
+    "WattprobeEnergyUnattributed",
 }
 # issue 20 adds 119/120 (GSP timeout/error: the GPU needs a reset); 31 and 92 do not page
 ISSUE_CRITICAL_XIDS = {48, 63, 64, 74, 79, 94, 95, 119, 120}

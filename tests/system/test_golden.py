@@ -29,6 +29,7 @@ TIME_DEPENDENT = (
     "wattprobe_intervals_total",
     "wattprobe_last_interval_timestamp_seconds",
     "wattprobe_build_info",
+    "wattprobe_showback_config_last_reload_success_timestamp_seconds",
     "process_",  # wattprobe's own CPU, memory, fds, start time (checked in the test below)
 )
 POWER_INTEGRATED_ZONES = ('zone="power_meter_power1"', 'zone="amdgpu_ppt"')
@@ -66,6 +67,18 @@ ENERGY_B = {
     "intel-rapl:1:1": 2.0,
 }
 WORK_B = {1001: 30, 1101: 90, 1401: 60, 2202: 0, 950: 0}
+
+# the node's showback settings (docs/showback-config.md): a flag and the file over it
+SHOWBACK = """\
+pue: 1.3
+energy_price: 0.21
+carbon_intensity: 350
+gpu_hour_prices:
+  - model: NVIDIA H100 80GB HBM3
+    price: 2.5
+  - resource: nvidia.com/gpu
+    price: 0.75
+"""
 
 
 def normalize(body: str) -> str:
@@ -112,6 +125,8 @@ def run_scenario(
     host: FixtureHost, exporter: StartExporter, node: KubeNode
 ) -> tuple[ExporterProcess, str]:
     """The fixture host with the fake kubelet naming its pods (tests/fixtures/kube)."""
+    showback = host.root / "showback.yaml"
+    showback.write_text(SHOWBACK)
     proc = exporter(
         *host.args(),
         "--interval",
@@ -119,6 +134,10 @@ def run_scenario(
         "--power.idle",
         "0",
         "--collector.process",
+        "--showback.currency",
+        "EUR",
+        "--showback.config",
+        str(showback),
         *node.kubelet_args(),
     )
     proc.wait_for("/readyz")

@@ -24,10 +24,12 @@ from exporter.app.check.report import report, text_lines
 from exporter.app.check.warnings import config_warnings
 from exporter.app.cli import logformat
 from exporter.app.cli.kube import kube_options
+from exporter.app.cli.showback import load_showback, showback_of, showback_options
 from exporter.app.progress import progress_for
 from exporter.app.registry import REGISTRY, Registry
 from exporter.app.runtime import tune_for_serving
 from exporter.app.wiring import StartupError
+from exporter.exposition.showback_live import LiveShowback
 from exporter.model.config import (
     DEFAULT_PORT,
     INTERVAL_RANGE,
@@ -401,6 +403,7 @@ def cli() -> None:
 )
 @kube_options
 @web_options
+@showback_options
 @source_options
 def serve(**kw: Any) -> None:
     """Serve /metrics for Prometheus."""
@@ -408,10 +411,12 @@ def serve(**kw: Any) -> None:
         kw.pop("node_name")
     web = _load_web_config(kw["web_config_file"])
     kw["http_limits"] = _http_limits(kw)
+    kw["showback"] = showback_of(kw)
+    showback = load_showback(kw["showback"], kw["showback_config_file"])
     config = _config(**kw)
     _check_listen_address(config)
     _setup_logging(config.log_level, config.log_format)
-    run_server(config, web)
+    run_server(config, web, showback)
 
 
 def _check_listen_address(config: Config) -> None:
@@ -446,19 +451,27 @@ def _http_limits(kw: dict[str, Any]) -> HttpLimits:
     )
 
 
-def run_server(config: Config, web: LiveWebConfig | None = None) -> None:
+def run_server(
+    config: Config, web: LiveWebConfig | None = None, showback: LiveShowback | None = None
+) -> None:
     """Serve until SIGTERM or SIGINT, then close everything the agent started."""
-    agent = Agent(config, web, progress_for())
+    agent = Agent(config, web, progress_for(), showback=showback)
+    # before start(): a SIGTERM or Ctrl-C while it compiles eBPF or binds only asks wait() to
+    # return at once (exit 0), instead of a KeyboardInterrupt mid-start (exit 130)
+    previous = {sig: signal.signal(sig, lambda *_: agent.stop()) for sig in SHUTDOWN_SIGNALS}
     try:
         agent.start()
-    except StartupError as exc:
-        raise click.ClickException(str(exc)) from None
+    except BaseException as exc:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if isinstance(exc, StartupError):
+            raise click.ClickException(str(exc)) from None
+        raise
     tune_for_serving()
     _log_web_security(web)
-    previous = {sig: signal.signal(sig, lambda *_: agent.stop()) for sig in SHUTDOWN_SIGNALS}
-    # SIGHUP re-reads the web config, as Prometheus re-reads its own (without it, SIGHUP's
-    # default action would end the process without a word). The handler only sets a flag: the
-    # reload and its log line run on the main thread when it wakes.
+    # SIGHUP re-reads the web and showback configs, as Prometheus re-reads its own (without it,
+    # SIGHUP's default action would end the process without a word). The handler only sets a
+    # flag: the reload and its log line run on the main thread when it wakes.
     hangup = threading.Event()
     previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: hangup.set())
 
@@ -466,6 +479,9 @@ def run_server(config: Config, web: LiveWebConfig | None = None) -> None:
         if hangup.is_set():
             hangup.clear()
             _reload_web_config(web)
+            if showback is not None and showback.path is not None:
+                log.info("SIGHUP: re-reading showback config %s", showback.path)
+                showback.reload()
 
     try:
         agent.wait(on_wake)

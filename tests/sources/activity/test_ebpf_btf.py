@@ -5,6 +5,7 @@ layout hypothesis draws, damaged blobs) and from this kernel's own BTF."""
 from __future__ import annotations
 
 import contextlib
+import gzip
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from exporter.sources.activity.ebpf.btf import (
     VMLINUX,
     Btf,
     BtfError,
+    irq_time_accounted,
     offset_flags,
 )
 from tests.support.props import PROPERTY
@@ -228,3 +230,23 @@ def test_sizes_through_arrays_and_a_self_referring_array() -> None:
     assert btf.member("s", "a").size == 20
     with pytest.raises(BtfError, match="too long"):
         btf.size_of(looped)
+
+
+def test_irq_time_accounting_is_told_by_struct_irqtime() -> None:
+    with_it, without = Builder(), Builder()
+    u64 = with_it.int_("long long unsigned int", 8)
+    with_it.struct("irqtime", 24, [("total", u64, 0), ("tick_delta", u64, 64)])
+    without.int_("long long unsigned int", 8)
+    without.fwd("irqtime")  # a declaration alone is no definition
+    assert irq_time_accounted(Btf(with_it.blob()))
+    assert not irq_time_accounted(Btf(without.blob()))
+
+
+@pytest.mark.real
+def test_irq_time_accounting_matches_this_kernels_config() -> None:
+    """Ground truth: the kernel's own config, where it publishes it (/proc/config.gz)."""
+    config = Path("/proc/config.gz")
+    if not VMLINUX.is_file() or not config.is_file():
+        pytest.skip("this kernel publishes no BTF or no /proc/config.gz to compare with")
+    enabled = "CONFIG_IRQ_TIME_ACCOUNTING=y" in gzip.decompress(config.read_bytes()).decode()
+    assert irq_time_accounted(Btf.read()) == enabled

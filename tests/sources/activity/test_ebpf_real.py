@@ -488,3 +488,35 @@ def test_refused_raw_tracepoint_falls_back_to_the_classic_one(
     finally:
         loaded.bpf.cleanup()
     assert anon_inode_fds() == before  # the refused attempt's programs were detached too
+
+
+def test_interrupt_time_is_reported_as_a_kernel_task_where_it_is_outside_task_runtime() -> None:
+    """The real source with the loader's irq_time_apart set (this CI kernel is tick-accounted,
+    so the loader leaves it off here: test_ebpf_btf.py checks that against /proc/config.gz):
+    its samples carry one [irq] kernel task whose time is /proc/stat's irq + softirq growth."""
+    require_ebpf()
+    from dataclasses import replace  # noqa: PLC0415
+
+    from exporter.host.cgroupfs.ids import CgroupIdIndex  # noqa: PLC0415
+    from exporter.host.procstat import CLOCK_TICKS, irq_ticks  # noqa: PLC0415
+    from exporter.sources.activity.ebpf.interrupts import IRQ_KEY  # noqa: PLC0415
+    from exporter.sources.activity.ebpf.load import Loaded, load  # noqa: PLC0415
+    from exporter.sources.activity.ebpf.source import EbpfSource  # noqa: PLC0415
+
+    loaded = load(ioctls=False)
+    assert loaded.info.irq_time_apart is False  # tick-based accounting on this kernel
+    forced = Loaded(loaded.bpf, replace(loaded.info, irq_time_apart=True))
+    source = EbpfSource(forced, Path("/proc"), CgroupIdIndex(v2_root()))
+    try:
+        first = irq_ticks(Path("/proc/stat").read_text())
+        before = {t.key: t for t in source.tasks()}
+        subprocess.run([sys.executable, "-c", "sum(range(3_000_000))"], check=True)
+        after = {t.key: t for t in source.tasks()}
+        last = irq_ticks(Path("/proc/stat").read_text())
+        irq = after[IRQ_KEY]
+        assert irq.kernel_thread and irq.comm == "[irq]" and irq.cgroup == ""
+        assert before[IRQ_KEY].cpu_seconds == 0.0  # from the source's first read, not boot
+        # the growth between the source's two reads lies within the growth around them
+        assert 0.0 <= irq.cpu_seconds <= (last - first) / CLOCK_TICKS
+    finally:
+        source.close()

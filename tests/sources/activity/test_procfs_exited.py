@@ -276,3 +276,47 @@ def test_keys_never_collide_with_processes_ebpf_or_unattributed() -> None:
     keys = {t.key for t in out}
     assert len(keys) == len(paths)
     assert all(k[0] == EXITED_PID < 0 for k in keys)  # pids are > 0; eBPF and (0, 0) use 0
+
+
+def test_a_process_moved_without_exec_is_credited_where_the_kernel_charged_it() -> None:
+    """The scanner still has the mover in A (its cgroup file is re-read only every few
+    intervals); A's total stops growing by the mover's time while B's grows by it. A cgroup
+    credited more than it grew lost a process: its processes' cgroups are re-read (recheck)
+    in the same interval, and each container gets what its cpu.stat grew by, not the mover's
+    time twice (A through its stale cache, B through its exited total)."""
+    rig = Rig()
+    rig.files.usage.update({A: 0, B: 0})
+    where = {10: A}  # the mover's cgroup as the kernel has it
+    cache = {10: A}  # ... as the scanner has it: read again only when asked (recheck)
+    asked: list[set[str]] = []
+
+    def tasks(mover_s: float, neighbour_s: float, cached: str) -> list[TaskSample]:
+        return [task(10, cached, mover_s), task(20, B, neighbour_s)]
+
+    def recheck(texts: set[str]) -> list[TaskSample]:
+        asked.append(texts)
+        cache[10] = where[10]
+        return tasks(mover, neighbour, cache[10])
+
+    mover = neighbour = 0.0
+    for i in range(1, 7):
+        if i == 4:
+            where[10] = B  # echo 10 > B/cgroup.procs, between two reads
+        mover += 1.0
+        neighbour += 0.5
+        rig.files.usage[where[10]] += 1 * S
+        rig.files.usage[B] += S // 2
+        rig.clock.now += 1.0
+        live, pseudo = rig.exited.update_checked(tasks(mover, neighbour, cache[10]), recheck)
+        every = [*live, *pseudo]
+        if rig.prev is not None:
+            for t in every:
+                delta = t.cpu_seconds - rig.prev.get(t.key, 0.0)
+                if delta > 0:
+                    cid = classify_task(t.cgroup, t.kernel_thread).container_id
+                    rig.cpu[cid] = rig.cpu.get(cid, 0.0) + delta
+        rig.prev = {t.key: t.cpu_seconds for t in every}
+    # the first interval is a baseline: 5 intervals counted, 2 of the mover's in A, 3 in B
+    assert rig.cpu["a" * 64] == pytest.approx(2.0)
+    assert rig.cpu["b" * 64] == pytest.approx(3.0 + 2.5)
+    assert asked == [{f"0::{A}\n"}]  # once, for the cgroup it left

@@ -357,3 +357,24 @@ def test_check_names_a_gpu_without_fdinfo_clients(tree: Path) -> None:
     finding = probe(Config(sysfs=tree / "sys", procfs=tree / "proc"), [], BuildContext())
     card2 = next(i for i in finding.items if i.startswith("card2 "))
     assert "no utilization" in card2 and "no DRM client in fdinfo" in card2
+
+
+def test_a_failed_fdinfo_scan_is_reported_and_the_next_covers_it(tree: Path) -> None:
+    """processes_unread makes the monitor hold the GPUs' energy (accounting/gpu.py); the next
+    scan's deltas are taken from the last good one, so they cover the failed interval."""
+    clock = Clock()
+    source = DrmSource(tree / "sys", tree / "proc", clock=clock)
+    assert {g.processes_unread for g in source.read().gpus} == {""}
+    proc = tree / "proc"
+    proc.rename(tree / "proc-away")
+    clock.now += 1
+    failed = source.read()
+    assert {g.processes_unread for g in failed.gpus} == {"fdinfo scan failed"}
+    assert {g.process_engine_time for g in failed.gpus} == {None}
+    (tree / "proc-away").rename(proc)
+    # client 18 was at 3 s of gfx time at the first scan
+    advance(proc, PID_A, [5, 6], amdgpu_fdinfo(RDNA3.pci, 18, gfx_ns=6_000_000_000))
+    clock.now += 1
+    gpus = by_pci(source.read())
+    assert gpus[RDNA3.pci].processes_unread == ""
+    assert engine(gpus[RDNA3.pci]) == {PID_A: 3e9, PID_B: 0.0}

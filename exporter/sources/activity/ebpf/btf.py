@@ -253,3 +253,13 @@ def runtime_flags(btf: Btf) -> list[str]:
             raise BtfError(f"{f.struct}.{f.member} is {m.size} bytes, the probe reads {f.size}")
         flags.append(f"-D{f.define}={base + m.offset}")
     return flags
+
+
+def irq_time_accounted(btf: Btf) -> bool:
+    """Whether the kernel was built with CONFIG_IRQ_TIME_ACCOUNTING: struct irqtime (the per-CPU
+    interrupt time kept out of task runtime, kernel/sched/sched.h) is defined only then."""
+    try:
+        btf.struct_id("irqtime")
+    except BtfError:
+        return False
+    return True

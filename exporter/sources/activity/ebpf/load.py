@@ -27,6 +27,7 @@ from exporter.sources.activity.ebpf.btf import (
     VMLINUX,
     Btf,
     BtfError,
+    irq_time_accounted,
     offset_flags,
     runtime_flags,
 )
@@ -127,6 +128,9 @@ class LoadInfo:
     # on-CPU time from the kernel's per-task runtime (se.sum_exec_runtime, what cpu.stat sums;
     # slots then hold runtimes); False: from clock reads at each switch (no BTF)
     task_runtime: bool = False
+    # interrupt time is outside every task's runtime (CONFIG_IRQ_TIME_ACCOUNTING with
+    # task_runtime): the source reports /proc/stat's irq + softirq as kernel work (interrupts.py)
+    irq_time_apart: bool = False
 
     def describe(self) -> str:
         missing = f"; missing {', '.join(self.missing_optional)}" if self.missing_optional else ""
@@ -141,6 +145,7 @@ class LoadInfo:
             f"compiled in {self.compile_s:.2f}s; "
             + ("per-process entries" if self.per_process else "sums per cgroup")
             + ("; task runtime" if self.task_runtime else "; clock between switches")
+            + ("; interrupts from /proc/stat" if self.irq_time_apart else "")
         )
 
 
@@ -368,6 +373,7 @@ def load(
         per_process=per_process,
         kernel_threads_apart=any(f.startswith("-DWATTPROBE_ROOT_CGROUP=") for f in cflags),
         task_runtime=bool(runtime),
+        irq_time_apart=bool(runtime) and _irq_time_accounted(btf),
     )
     return Loaded(bpf, info)
 
@@ -443,6 +449,15 @@ def _runtime_flags(btf: Path) -> list[str]:
         *offsets,
         f"-DWATTPROBE_PEND_BITS={PEND_BITS}",
     ]
+
+
+def _irq_time_accounted(btf: Path) -> bool:
+    """Whether the kernel keeps interrupt time out of task runtime (CONFIG_IRQ_TIME_ACCOUNTING:
+    its per-CPU struct irqtime exists only then)."""
+    try:
+        return irq_time_accounted(Btf.read(btf))
+    except BtfError:
+        return False
 
 
 def _fd_device_offsets(btf: Path) -> tuple[list[str], str]:

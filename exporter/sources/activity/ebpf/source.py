@@ -36,6 +36,7 @@ from exporter.sources.activity.ebpf.accounting import (
 )
 from exporter.sources.activity.ebpf.child import load_in_child
 from exporter.sources.activity.ebpf.gpu_majors import DeviceClasses
+from exporter.sources.activity.ebpf.interrupts import InterruptTime
 from exporter.sources.activity.ebpf.load import (
     FIXES,
     IOCTL_TRACEPOINT,
@@ -164,6 +165,8 @@ class EbpfSource:
             per_process=loaded.info.per_process,
             kernel_threads_apart=loaded.info.kernel_threads_apart,
         )
+        # interrupts outside every task's runtime are kernel work, as in /proc mode
+        self._interrupts = InterruptTime(procfs) if loaded.info.irq_time_apart else None
         self._monotonic_ns = monotonic_ns
         self._boot_ns = boot_ns
         self._batch = True
@@ -233,7 +236,8 @@ class EbpfSource:
         samples, changes = self._accounting.update(read)
         self._update_map_stats(counters, len(read.tasks), len(read.exited))
         self._apply(changes)
-        return samples
+        irq = self._interrupts.sample() if self._interrupts is not None else None
+        return [*samples, irq] if irq is not None else samples
 
     def map_stats(self) -> Sequence[MapStats]:
         return self._map_stats

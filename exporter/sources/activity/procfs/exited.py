@@ -21,6 +21,14 @@ cgroups that classify alike, so host services share one) the growth of the level
 as one pseudo task, comm "[exited]", pid 0 and key (EXITED_PID, n): -1 is no process's pid and
 not the eBPF source's (0, cgroup id), so keys never collide.
 
+A process moved to another cgroup without exec'ing keeps its cached cgroup in the scanner until
+a recheck (scan.py), so its old cgroup is credited time the kernel charged to the new one (and
+the new one's total shows the same time again: counted twice, per container +70-100 % in
+tests/support/groundtruth.py's mover). The totals tell: a cgroup whose live processes were
+credited more than its total grew by (beyond tick rounding) lost a process. update() then has
+the caller re-read those processes' cgroups (recheck) and credits this interval by the corrected
+cgroups, so a move costs at most the part of one interval it ran before moving.
+
 A cgroup first seen after the first interval is new (it got its first process since the last
 read), so its whole total counts, unless that is more than the node's CPUs could have run since
 the last read (then it had a history: it is a baseline, like every cgroup at the first read).
@@ -47,6 +55,9 @@ from exporter.sources.activity.procfs.cgroupcpu import Location
 log = logging.getLogger(__name__)
 
 EXITED_PID = -1  # key (EXITED_PID, n): no process has pid -1
+# credited beyond a cgroup's growth by more than this: one of its processes left (rounding to
+# clock ticks gives each live process up to one tick, 10 ms at 100 Hz, either way)
+MOVED_SLACK_S = 0.02
 EXITED_COMM = "[exited]"  # as the eBPF source names its per-cgroup exited totals
 LINGER_SCANS = 12  # a cgroup without live processes is read this many more intervals
 QUIET_SCANS = 2  # a bucket's pseudo task unchanged this long stops being reported
@@ -139,13 +150,34 @@ class ExitedCpu:
         self.reads = 0  # for benchmarks and tests: cgroup files read
 
     def update(self, samples: Sequence[TaskSample]) -> list[TaskSample]:
+        return self.update_checked(samples)[1]
+
+    def update_checked(
+        self,
+        samples: Sequence[TaskSample],
+        recheck: Callable[[set[str]], Sequence[TaskSample]] | None = None,
+    ) -> tuple[Sequence[TaskSample], list[TaskSample]]:
+        """(the live samples, corrected where a process moved; the pseudo tasks).
+
+        recheck(cgroup texts) re-reads the cgroup of every process cached in one of them and
+        returns the scan's samples again; it is called when a cgroup lost a process."""
         now = self._clock()
         self._scans += 1
         elapsed = None if self._last_time is None else now - self._last_time
         self._last_time = now
+        prev_cpu = self._prev_cpu
         credited = self._credited(samples)
         self._read_totals(elapsed)
         self._subtract_nested()
+        if recheck is not None:
+            left = self._left(samples, credited)
+            if left:
+                samples = recheck(left)
+                self._prev_cpu = prev_cpu
+                new = self._credited(samples)
+                for where in new.keys() - credited.keys():  # a cgroup first live now: read it
+                    self._read_one(where, elapsed)
+                credited = new
         for where, cg in self._cgroups.items():
             if not cg.counts:
                 continue
@@ -156,7 +188,19 @@ class ExitedCpu:
             cg.raw, cg.level = settle(cg.raw, level, own_s, credited_s)
             if cg.level > level:
                 self._bucket(cg.bucket, where[1]).total += cg.level - level
-        return self._report()
+        return samples, self._report()
+
+    def _left(self, samples: Sequence[TaskSample], credited: dict[Location, float]) -> set[str]:
+        """The cgroup texts of the cgroups whose live processes were credited more than the
+        cgroup's own total grew by: one of their processes is elsewhere now."""
+        over = {
+            where
+            for where, cg in self._cgroups.items()
+            if cg.counts and credited.get(where, 0.0) - cg.own_ns / 1e9 > MOVED_SLACK_S
+        }
+        if not over:
+            return set()
+        return {t.cgroup for t in samples if self._where.get(t.cgroup) in over}
 
     # -- what the live processes were credited --------------------------------------------------
 
@@ -201,38 +245,44 @@ class ExitedCpu:
 
     def _read_totals(self, elapsed: float | None) -> None:
         scan = self._scans
-        limit_ns = None if elapsed is None else (max(elapsed, 0.0) * self._ncpu + 1.0) * 1e9
         for where in list(self._cgroups):
             cg = self._cgroups[where]
-            live = cg.last_live == scan
-            cg.counts = False
-            cg.delta_ns = cg.own_ns = 0
-            if not live and scan - cg.last_live > LINGER_SCANS:
+            if cg.last_live != scan and scan - cg.last_live > LINGER_SCANS:
+                cg.counts = False
                 self._drop(where)
                 continue
-            new, cg.new = cg.new, False
-            try:
-                ns = cg.read()
-                self.reads += 1
-            except (OSError, ValueError) as exc:
-                log.debug("cgroup CPU time of %s %s: %s", where[0], where[1], short_error(exc))
-                if not live:
-                    self._drop(where)  # removed with (or after) its last process
-                # what its live processes were credited is a debt that the next read's
-                # growth covers
-                cg.counts = cg.usage_ns is not None
-                continue
-            before = cg.usage_ns
-            cg.usage_ns = ns
-            if before is not None and ns >= before:
-                delta: int | None = ns - before
-            elif (new or before is not None) and limit_ns is not None and ns <= limit_ns:
-                delta = ns  # new since the last read, or made again under the same path
-            else:
-                delta = None  # a history from before it was tracked: a baseline
-            if delta is not None:
-                cg.counts = True
-                cg.delta_ns = cg.own_ns = delta
+            self._read_one(where, elapsed)
+
+    def _read_one(self, where: Location, elapsed: float | None) -> None:
+        """This scan's growth of one cgroup's total (cg.counts: whether it counts)."""
+        cg = self._cgroups[where]
+        live = cg.last_live == self._scans
+        limit_ns = None if elapsed is None else (max(elapsed, 0.0) * self._ncpu + 1.0) * 1e9
+        cg.counts = False
+        cg.delta_ns = cg.own_ns = 0
+        new, cg.new = cg.new, False
+        try:
+            ns = cg.read()
+            self.reads += 1
+        except (OSError, ValueError) as exc:
+            log.debug("cgroup CPU time of %s %s: %s", where[0], where[1], short_error(exc))
+            if not live:
+                self._drop(where)  # removed with (or after) its last process
+            # what its live processes were credited is a debt that the next read's
+            # growth covers
+            cg.counts = cg.usage_ns is not None
+            return
+        before = cg.usage_ns
+        cg.usage_ns = ns
+        if before is not None and ns >= before:
+            delta: int | None = ns - before
+        elif (new or before is not None) and limit_ns is not None and ns <= limit_ns:
+            delta = ns  # new since the last read, or made again under the same path
+        else:
+            delta = None  # a history from before it was tracked: a baseline
+        if delta is not None:
+            cg.counts = True
+            cg.delta_ns = cg.own_ns = delta
 
     def _drop(self, where: Location) -> None:
         del self._cgroups[where]

@@ -19,19 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from exporter.host.procstat import irq_ticks
 from exporter.sources.activity.procfs.scan import StatFields
-
-# /proc/stat fields irq and softirq (after "cpu"), 0-based
-_IRQ_FIELDS = (5, 6)
-
-
-def irq_ticks(text: str) -> int:
-    """irq + softirq ticks of /proc/stat's aggregate cpu line."""
-    for line in text.split("\n"):
-        if line.startswith("cpu "):
-            fields = line.split()[1:]
-            return sum(int(fields[i]) for i in _IRQ_FIELDS if i < len(fields))
-    raise ValueError("no aggregate cpu line in /proc/stat")
 
 
 class KernelWork:

@@ -11,7 +11,9 @@ the kernel needs to produce them (docs/benchmarks.md). Per interval this scanner
   spread over the intervals by PID. A process moved to another cgroup without exec'ing is
   therefore attributed to its old cgroup for at most that many intervals (1 minute at the
   defaults): Kubernetes places a container's processes before they exec, so in practice only
-  hand-made moves (echo PID > cgroup.procs) wait for the recheck.
+  hand-made moves (echo PID > cgroup.procs) wait for the recheck. Where the cgroups' CPU totals
+  are read (exited.py), a cgroup that lost a process shows it at once: recheck() re-reads the
+  cgroups of the processes cached there, in the same interval.
 """
 
 from __future__ import annotations
@@ -160,6 +162,19 @@ class ProcScanner:
                 samples.append(entry.sample)
         self._known = seen  # PIDs that are gone are forgotten
         return samples
+
+    def recheck(self, cgroups: set[str]) -> list[TaskSample]:
+        """Re-read the cgroup of every process of the last scan cached in one of `cgroups` (a
+        process that moved without exec'ing); the last scan's samples, updated."""
+        known = self._known
+        for name, entry in list(known.items()):
+            if entry.sample.cgroup in cgroups:
+                fresh = self._recheck(name, entry)
+                if fresh is None:
+                    del known[name]  # exited meanwhile: the cgroup total keeps its time
+                else:
+                    known[name] = fresh
+        return [e.sample for e in known.values()]
 
     def _cgroup(self, name: str) -> str | None:
         """The process's cgroup file, or None when it exited (or cannot be read)."""

@@ -123,9 +123,11 @@ class ProcfsSource:
                 where = getattr(exc, "filename", None) or f"{self._root}/stat"
                 raise SourceError("read error", f"{where}: {_short(exc)}") from exc
         samples = self._scanner.scan()
-        if self._exited is not None:
-            samples += self._exited.update(samples)
-        return samples
+        if self._exited is None:
+            return samples
+        # a cgroup that lost a process has the scanner re-read its processes' cgroups (movers)
+        live, exited = self._exited.update_checked(samples, self._scanner.recheck)
+        return [*live, *exited]
 
 
 # -- wattprobe check -------------------------------------------------------------------------

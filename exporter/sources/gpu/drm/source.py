@@ -227,18 +227,21 @@ class DrmSource:
         dt_ns = (now - self._last) * 1e9 if self._last is not None else 0.0
         self._last = now
         usage: Mapping[str, Mapping[int, ClientUsage]] | None
+        unread = ""
         try:
             scan = self._clients.scan()
         except OSError as exc:
             log.debug("drm: no per-process stats: %s", exc)
             usage = None
+            # the next scan's deltas cover this interval: its energy waits for them
+            unread = "fdinfo scan failed"
         else:
             self.walked = scan.walked
             usage = self._deltas.update(scan)
             self._devices = frozenset(pdev for pdev, _client in scan.clients)
         for card in cards:
             self._indexes.setdefault(card.pci, len(self._indexes))
-        gpus = tuple(self._read_card(card, usage, dt_ns) for card in cards)
+        gpus = tuple(self._read_card(card, usage, dt_ns, unread) for card in cards)
         return GpuReadings(
             driver_version=self._kernel,  # amdgpu, i915 and xe ship with the kernel
             nvml_version="",
@@ -254,7 +257,11 @@ class DrmSource:
         return self._devices
 
     def _read_card(
-        self, card: DrmCard, usage: Mapping[str, Mapping[int, ClientUsage]] | None, dt_ns: float
+        self,
+        card: DrmCard,
+        usage: Mapping[str, Mapping[int, ClientUsage]] | None,
+        dt_ns: float,
+        unread: str,
     ) -> GpuReading:
         files = power_files(card)
         hwmon = card.hwmon or ""
@@ -289,6 +296,7 @@ class DrmSource:
             # a sensor the card has that gave no number: the GPU is faulted, not read on the
             # other sensor alone (that would hide a hostile energy1_input behind power1_*)
             fault=energy_fault or power_fault,
+            processes_unread=unread,
         )
 
 

@@ -89,6 +89,7 @@ FIELD_NAMES = {
     "process_utilization": "per-process utilization",
     "mig_mode": "MIG mode",
     "max_mig": "MIG device count",
+    "mig_processes": "MIG compute processes",
 }
 
 
@@ -144,6 +145,7 @@ class _Calls:
     def __init__(self, device: _Device) -> None:
         self.device = device
         self._lost = False
+        self.failed: set[str] = set()  # calls that failed this interval (not unsupported ones)
 
     def is_lost(self) -> bool:
         """Whether a call found the GPU lost (a method: it changes as calls are made)."""
@@ -187,6 +189,8 @@ class _Calls:
     def _failed(self, name: str, exc: BaseException, code: int) -> None:
         dev = self.device
         what = FIELD_NAMES.get(name, name)
+        if code not in UNSUPPORTED:
+            self.failed.add(name)
         if code in UNSUPPORTED:
             dev.unsupported.add(name)
             log.info("GPU %d (%s): %s not supported: %s", dev.index, dev.uuid, what, describe(exc))
@@ -438,6 +442,7 @@ class NvmlSource:
             process_utilization=utilization,
             mig_instances=instances,
             xid_errors=self._xids(dev.index),
+            processes_unread=_processes_unread(calls.failed),
         )
 
     def _lost(self, dev: _Device) -> GpuReading:
@@ -530,6 +535,16 @@ class NvmlSource:
 
 
 # -- helpers ---------------------------------------------------------------------------------
+
+# The calls that make up a GPU's process list: one of them failing leaves the split unknown.
+PROCESS_CALLS = ("processes", "graphics_processes", "process_utilization", "mig_processes")
+
+
+def _processes_unread(failed: set[str]) -> str:
+    """Why the GPU's process list is incomplete this interval ("" when it is not)."""
+    names = [FIELD_NAMES.get(n, n) for n in PROCESS_CALLS if n in failed]
+    return f"reading {', '.join(names)} failed" if names else ""
+
 
 NVML_INVALID_ID = 0xFFFFFFFF
 

@@ -101,7 +101,8 @@ def by_pod(snap: Snapshot, index: int, mode: str) -> dict[str, float]:
 
 
 def assert_gpu_invariants(snap: Snapshot) -> None:
-    """Per GPU: containers' active == the GPU's active; containers' idle <= its idle; pod ==
+    """Per GPU: containers' active (+ held and given-up) == the GPU's active; containers' idle
+    <= its idle; pod ==
     sum of its containers; container == sum of its processes (+ retired)."""
     for gpu in snap.gpus:
         index = gpu.index
@@ -113,8 +114,16 @@ def assert_gpu_invariants(snap: Snapshot) -> None:
                 if e.zone == "gpu" and e.gpu == str(index) and e.mode == mode
             )
             total = gpu_mode(snap, index, mode)
+            key = ("gpu", str(index), mode)
+            # held for the GPU's process list, or given up without it (accounting/gpu.py)
+            waiting = math.fsum(
+                [
+                    *(e.joules for e in snap.pending if (e.zone, e.gpu, e.mode) == key),
+                    *(u.joules for u in snap.unattributed if (u.zone, u.gpu, u.mode) == key),
+                ]
+            )
             if mode == "active":
-                assert containers + retired == pytest.approx(total, rel=REL, abs=1e-9)
+                assert containers + retired + waiting == pytest.approx(total, rel=REL, abs=1e-9)
             else:
                 assert containers + retired <= total * (1 + REL) + 1e-9
     for p in snap.pods:

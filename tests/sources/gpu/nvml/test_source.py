@@ -367,3 +367,32 @@ def test_per_process_sums_are_clamped_and_merged() -> None:
         (7, 300, "compute"),
         (8, None, "compute"),
     ]
+
+
+def test_a_failed_process_list_is_reported_and_an_unsupported_one_is_not(
+    scenario: LoadScenario, sources: list[NvmlSource], tmp_path: Path
+) -> None:
+    """processes_unread makes the monitor hold the GPU's energy for the next list
+    (tests/accounting/test_gpu_pending.py); a call the GPU does not support must not."""
+    s = scenario("h100x8-timesliced")
+    s["gpu.0.putil.0.ts"] = 1_000_000
+    s["gpu.0.putil.1.ts"] = 2_000_000
+    s["gpu.0.error.processes"] = pynvml.NVML_ERROR_UNKNOWN
+    s["gpu.0.error.process_util"] = pynvml.NVML_ERROR_UNKNOWN
+    s["gpu.1.error.processes"] = pynvml.NVML_ERROR_NOT_SUPPORTED
+    s.write()
+    source = new_source(sources, tmp_path)
+    first = source.read()
+    assert gpu(first, 0).processes_unread == (
+        "reading compute processes, per-process utilization failed"
+    )
+    assert gpu(first, 0).process_utilization is None
+    assert gpu(first, 1).processes_unread == ""
+    assert gpu(first, 2).processes_unread == ""
+    del s["gpu.0.error.processes"], s["gpu.0.error.process_util"]
+    s.write()
+    again = gpu(source.read(), 0)
+    assert again.processes_unread == ""
+    # the samples come from where the last good read left off: they cover the failed interval
+    assert again.process_utilization is not None
+    assert {u.pid for u in again.process_utilization} == {5101, 5102}
