@@ -71,8 +71,9 @@ WORKLOAD_FAMILIES = frozenset(
 )
 CPU_ZONES = {"package": 1.0, "dram": 0.1}  # a pod's watts per unit of its load, per zone kind
 GPU_ACTIVE_W, GPU_IDLE_W = 150.0, 60.0  # a GPU pod's billed GPU power, active and idle
-# the showback factors every node serves (--showback.*): PUE, EUR per kWh, gCO2e per kWh, and on
-# GPU nodes a price per GPU-hour for resource nvidia.com/gpu
+# the showback factors (--showback.*) a node serves where its template has none (the GPU node's
+# scrape predates them): PUE, EUR per kWh, gCO2e per kWh, a price per GPU-hour for resource
+# nvidia.com/gpu
 SHOWBACK_FACTORS: tuple[tuple[str, dict[str, str], float], ...] = (
     ("wattprobe_node_pue", {}, 1.2),
     ("wattprobe_energy_price_per_kwh", {"currency": "EUR"}, 0.2),
@@ -174,11 +175,10 @@ class Fleet:
             if name == "wattprobe_node_energy_joules_total":
                 zone = labels["zone"]
                 self.node_power[zone] = self.node_power.get(zone, 0.0) + rate
-        for name, labels, value in (
-            *SHOWBACK_FACTORS,
-            *((GPU_HOUR_PRICE,) if template.gpus else ()),
-        ):
-            self._add(name, {**labels, **target}, value, 0.0)
+        served = {name for name, _labels, _value, _counter in template.samples}
+        for name, labels, value in (*SHOWBACK_FACTORS, GPU_HOUR_PRICE):
+            if name not in served:
+                self._add(name, {**labels, **target}, value, 0.0)
         for name, value in (
             ("up", 1.0),
             ("scrape_duration_seconds", 0.02),
