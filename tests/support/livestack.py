@@ -43,8 +43,7 @@ from tests.support import liveebpf
 from tests.support.ebpfparts import require_ebpf
 from tests.support.fixturehost import FixtureHost, write_atomic
 from tests.support.liveebpf import GpuClient, start_gpu_client
-from tests.support.livefactors import JOB as FACTORS_JOB
-from tests.support.livefactors import FactorServer
+from tests.support.livefactors import showback_args
 from tests.support.livegpus import FakeGpus, build_library, h100_node, inject_faults, mig_node
 from tests.support.livekube import (
     POD_IDLE,
@@ -221,21 +220,9 @@ def live_rules(source: str) -> dict[str, Any]:
 
 
 def prometheus_config(
-    targets: dict[str, str],
-    rules: Path,
-    alertmanager: str,
-    job: str = DEFAULT_JOB,
-    factors: str | None = None,
+    targets: dict[str, str], rules: Path, alertmanager: str, job: str = DEFAULT_JOB
 ) -> dict[str, Any]:
-    """Scrape config as docs/monitoring.md asks for: honor_labels and a node target label;
-    factors: the address serving the showback factor series (tests/support/livefactors.py)."""
-    factor_jobs = [
-        {
-            "job_name": FACTORS_JOB,
-            "honor_labels": True,  # each series carries its node
-            "static_configs": [{"targets": [factors]}],
-        }
-    ]
+    """Scrape config as docs/monitoring.md asks for: honor_labels and a node target label."""
     return {
         "global": {
             "scrape_interval": f"{SCRAPE_INTERVAL_S}s",
@@ -252,8 +239,7 @@ def prometheus_config(
                     {"targets": [address], "labels": {"node": node}}
                     for node, address in sorted(targets.items())
                 ],
-            },
-            *(factor_jobs if factors else []),
+            }
         ],
     }
 
@@ -285,7 +271,6 @@ class LiveStack:
     gpu_client: GpuClient  # the eBPF node's ioctl-issuing process
     started: float  # unix time Prometheus began scraping
     faults_at: float = 0.0  # unix time the GPU node's XIDs and lost GPU happened
-    factors: FactorServer | None = None  # serves the showback factor series
     timings: dict[str, float] = field(default_factory=dict)
 
     def node(self, name: str) -> Node:
@@ -314,7 +299,6 @@ class LiveStack:
             self.prometheus.stop,
             self.alertmanager.stop,
             self.webhook.stop,
-            *((self.factors.stop,) if self.factors else ()),
             *(n.exporter.stop for n in self.nodes if n.exporter),
             self.kube.stop,
             self.gpu_client.stop,
@@ -349,7 +333,15 @@ def _start_exporters(nodes: list[Node], workdir: Path, cleanup: contextlib.ExitS
     """All at once (the eBPF node compiles its probes meanwhile); each is stopped by cleanup."""
     with ThreadPoolExecutor(len(nodes)) as pool:
         started = [
-            (node, pool.submit(start_exporter, node.args(), log_dir=workdir, env=node.env()))
+            (
+                node,
+                pool.submit(
+                    start_exporter,
+                    [*node.args(), *showback_args(workdir, node.name)],
+                    log_dir=workdir,
+                    env=node.env(),
+                ),
+            )
             for node in nodes
         ]
     errors = []
@@ -435,8 +427,6 @@ def start_live_stack(
         _start_exporters(nodes, workdir, cleanup)
         webhook = WebhookReceiver.start()
         cleanup.callback(webhook.stop)
-        factors = FactorServer.start()
-        cleanup.callback(factors.stop)
         am_config = workdir / "alertmanager.yml"
         am_config.write_text(yaml.safe_dump(alertmanager_config(webhook.url)))
         alertmanager = start_alertmanager(alertmanager_bin, am_config, workdir)
@@ -448,11 +438,7 @@ def start_live_stack(
         targets["gone"] = f"127.0.0.1:{free_port()}"  # nothing listens there
         config = workdir / "prometheus.yml"
         config.write_text(
-            yaml.safe_dump(
-                prometheus_config(
-                    targets, rules, f"127.0.0.1:{alertmanager.port}", factors=factors.address
-                )
-            )
+            yaml.safe_dump(prometheus_config(targets, rules, f"127.0.0.1:{alertmanager.port}"))
         )
         t_ready = time.monotonic()
         prometheus = start_prometheus(prometheus_bin, config, workdir)
@@ -467,7 +453,6 @@ def start_live_stack(
         kube,
         gpu_client,
         started=time.time(),
-        factors=factors,
     )
     t_scraping = time.monotonic()
     stack.timings["start_s"] = t_scraping - t0
