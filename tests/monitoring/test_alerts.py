@@ -53,6 +53,7 @@ REQUIRED_ALERTS = {
     "WattprobeGpuClocksThrottled",
     "WattprobeIntervalStale",
     "WattprobeEbpfMapFull",
+    "WattprobeConfigReloadFailed",
     "WattprobeNodePowerAnomaly",
     "WattprobePodPowerAnomaly",
     # issue 16: edge nodes that remote-write through their forwarder

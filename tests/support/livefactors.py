@@ -34,11 +34,23 @@ NODE_FACTORS: dict[str, dict[str, Any]] = {
 }
 
 
+# Nodes whose agent also reads a --web.config.file (plain HTTP, a response header only), so the
+# reload gauges WattprobeConfigReloadFailed reads exist in the stack, web and showback both.
+WEB_CONFIG_NODES = frozenset({"measured"})
+WEB_CONFIG = {"http_server_config": {"headers": {"X-Content-Type-Options": "nosniff"}}}
+
+
 def showback_args(workdir: Path, node: str) -> list[str]:
-    """The agent's flags for the node's factors: a --showback.config file, or none."""
+    """The agent's flags for the node's factors: a --showback.config file, or none; and its
+    --web.config.file where WEB_CONFIG_NODES says so."""
+    args = []
+    if node in WEB_CONFIG_NODES:
+        web = workdir / f"web-config-{node}.yml"
+        web.write_text(yaml.safe_dump(WEB_CONFIG))
+        args += ["--web.config.file", str(web)]
     factors = NODE_FACTORS.get(node)
     if factors is None:
-        return []
+        return args
     path = workdir / f"showback-{node}.yaml"
     path.write_text(yaml.safe_dump(factors))
-    return ["--showback.config", str(path)]
+    return [*args, "--showback.config", str(path)]
