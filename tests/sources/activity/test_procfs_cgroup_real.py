@@ -28,6 +28,7 @@ from tests.support.running import parse_samples, select, start_exporter
 pytestmark = [pytest.mark.real, pytest.mark.container_series]
 
 RUN_S = 6.0
+ENOUGH_S = 1.0  # CPU seconds a container runs before its share is compared to the per cent
 # A shell that forks a short shell after another, each counting to 3000 and exiting: nearly
 # all of the container's CPU time is in processes that live a few milliseconds.
 SHORT_LIVED = 'while :; do sh -c "i=0; while [ \\$i -lt 3000 ]; do i=\\$((i+1)); done"; done'
@@ -149,14 +150,20 @@ def test_per_cgroup_default_with_a_process_moved_between_containers() -> None:
             busy = start(first, [sys.executable, "-c", BUSY])
             procs.append(busy)
             procs.append(start(second, ["sh", "-c", SHORT_LIVED]))
-            deadline = time.monotonic() + RUN_S
+            # the move comes once the busy process has run ENOUGH_S in the first container and
+            # the run ends once the second has too (each to the per cent of 10 ms ticks), by
+            # the CPU time they got, not the wall clock: on a loaded machine half of RUN_S gave
+            # the first container 0.44 s
+            deadline = time.monotonic() + 4 * RUN_S
             moved = False
             while time.monotonic() < deadline:
                 time.sleep(0.5)
-                if not moved and time.monotonic() > deadline - RUN_S / 2:
+                if not moved and usage_s(first) > ENOUGH_S:
                     second.add(busy.pid)  # echo PID > cgroup.procs: no exec, no new process
                     moved = True
                 monitor.step()
+                if moved and usage_s(second) > 2 * ENOUGH_S:
+                    break
             time.sleep(0.25)
             busy.kill()  # exits between two reads
             busy.wait(5)
@@ -168,6 +175,6 @@ def test_per_cgroup_default_with_a_process_moved_between_containers() -> None:
         finally:
             monitor.close()
     got = {cid: container_cpu(snap, cid) for cid in truth}
-    assert truth[first.container_id] > 0.5 and truth[second.container_id] > 0.5
+    assert truth[first.container_id] > ENOUGH_S and truth[second.container_id] > ENOUGH_S
     for cid, expected in truth.items():
         assert got[cid] == pytest.approx(expected, rel=0.01), (got, truth)
