@@ -22,9 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from exporter.host.hostfile import read_bounded
+from exporter.host.strictyaml import NamesLoader, YamlRefused, load_strict
 from exporter.model.showback import (
     GpuHourPrice,
     Price,
@@ -40,40 +39,12 @@ _TOP_KEYS = ("pue", "energy_price", "currency", "carbon_intensity", "gpu_hour_pr
 _ENTRY_KEYS = ("model", "resource", "price")
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys (two `currency:` lines are two currencies)."""
-
-
-def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    loader.flatten_mapping(node)
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node)
-        if not isinstance(key, str):
-            raise yaml.constructor.ConstructorError(
-                None, None, "a key is not a name", key_node.start_mark
-            )
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {_shown(key)!r}", key_node.start_mark
-            )
-        seen.add(key)
-    return loader.construct_mapping(node)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
-
-
 def parse_showback(text: str) -> Showback:
     """The settings a file's text gives (not yet validated, not yet over the flags)."""
     try:
-        _check_depth(text)
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
-    except yaml.MarkedYAMLError as exc:
-        where = f" at line {exc.problem_mark.line + 1}" if exc.problem_mark else ""
-        raise ShowbackError(f"not valid YAML: {exc.problem or exc.context}{where}") from None
-    except yaml.YAMLError as exc:
-        raise ShowbackError(f"not valid YAML: {' '.join(str(exc).split())[:200]}") from None
+        data = load_strict(text, max_depth=MAX_DEPTH, aliases=False, loader=NamesLoader)
+    except YamlRefused as exc:
+        raise ShowbackError(str(exc)) from None
     if data is None:
         return Showback()  # an empty file: the flags stand
     top = _mapping(data, "the file")
@@ -103,26 +74,6 @@ def read_showback(path: Path) -> Showback:
     except UnicodeDecodeError:
         raise ShowbackError(f"{path} is not UTF-8 text") from None
     return parse_showback(text)
-
-
-def _check_depth(text: str) -> None:
-    # PyYAML builds nodes recursively: a deeply nested file would be a RecursionError, so depth
-    # is checked first on the parser's event stream, which is not recursive. Aliases are refused
-    # there too: a showback file has no use for them, and they can make a list contain itself.
-    depth = 0
-    for event in yaml.parse(text, Loader=_StrictLoader):
-        if isinstance(event, yaml.AliasEvent):
-            line = event.start_mark.line + 1 if event.start_mark else 0
-            raise ShowbackError(
-                f"not valid YAML: aliases (*name) are not supported, at line {line}"
-            )
-        if isinstance(event, yaml.CollectionStartEvent):
-            depth += 1
-            if depth > MAX_DEPTH:
-                line = event.start_mark.line + 1 if event.start_mark else 0
-                raise ShowbackError(f"not valid YAML: nested too deep at line {line}")
-        elif isinstance(event, yaml.CollectionEndEvent):
-            depth -= 1
 
 
 def _shown(key: str) -> str:

@@ -12,13 +12,13 @@ wattprobe_showback_config_last_reload_successful goes to 0 until the file is fix
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.exposition.showback_file import read_showback
+from exporter.host.files import file_stamp
 from exporter.model.showback import Showback, ShowbackError, validate
 
 log = logging.getLogger(__name__)
@@ -48,30 +48,22 @@ def load_showback(flags: Showback, path: Path | None) -> Showback:
     return validate(flags.overlay(read_showback(path)))
 
 
-def _stat(path: Path) -> Stamp:
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        return (exc.errno,)
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
 class LiveShowback:
     def __init__(self, flags: Showback, path: Path | None) -> None:
         """Reads the file once: ShowbackError when the flags or the file are unusable."""
         self.flags = flags
         self.path = path
         self._lock = threading.Lock()
-        self._stamp = _stat(path) if path is not None else ()
+        self._stamp = file_stamp(path) if path is not None else ()
         reload = ReloadStatus(True, time.time()) if path is not None else None
         # one attribute, replaced whole: a render never sees new settings with an old status
         self._view = ShowbackView(load_showback(flags, path), reload)
 
     def current(self) -> ShowbackView:
         """The last good settings, after rereading the file if it changed since the last read."""
-        if self.path is not None and _stat(self.path) != self._stamp:
+        if self.path is not None and file_stamp(self.path) != self._stamp:
             with self._lock:
-                stamp = _stat(self.path)
+                stamp = file_stamp(self.path)
                 if stamp != self._stamp:
                     self._reread(stamp)
         return self._view
@@ -81,7 +73,7 @@ class LiveShowback:
         if self.path is None:
             return
         with self._lock:
-            self._reread(_stat(self.path))
+            self._reread(file_stamp(self.path))
 
     def _reread(self, stamp: Stamp) -> None:
         # The stamp is taken before reading, so a change made during the read is seen next time;

@@ -8,6 +8,8 @@ device ("not a regular file"), never a read that hangs its source.
 from __future__ import annotations
 
 import errno
+import os
+from pathlib import Path
 
 from exporter.host.hostfile import NotRegularFile, read_bounded
 from exporter.host.kernelnum import OutOfRange, parse_uint
@@ -68,3 +70,16 @@ def fault_for(exc: BaseException) -> str:
     if isinstance(exc, ValueError):
         return GARBAGE
     return UNREADABLE
+
+
+FileStamp = tuple[object, ...]
+
+
+def file_stamp(path: Path) -> FileStamp:
+    """What changes when a file is replaced or rewritten (a ConfigMap's ..data swap included):
+    device, inode, size, mtime and ctime; the errno while it cannot be stat'ed."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return (exc.errno,)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from exporter.host.strictyaml import YamlRefused, load_strict
 
 MAX_FILE_BYTES = 1 << 20  # a web config is a few hundred bytes; refuse to parse a huge one
 # The deepest valid file nests 4 levels (tls_server_config.client_allowed_sans: [...]). PyYAML
@@ -133,47 +133,12 @@ class WebConfig:
         return self.tls.files() if self.tls else ()
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys (exporter-toolkit's strict unmarshalling does)."""
-
-
-def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    loader.flatten_mapping(node)
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node)
-        try:
-            duplicate = key in seen
-        except TypeError:
-            raise yaml.constructor.ConstructorError(
-                None, None, "a key is not a plain value", key_node.start_mark
-            ) from None
-        if duplicate:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
-        seen.add(key)
-    return loader.construct_mapping(node)
-
-
-_StrictLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _mapping_without_duplicates,
-)
-
-
 def parse_web_config(text: str, base_dir: Path) -> WebConfig:
     """The WebConfig a file's text describes; relative paths are taken from base_dir."""
     try:
-        _check_depth(text)
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
-    except RecursionError:  # _check_depth should make this unreachable; never a traceback
-        raise WebConfigError(f"not valid YAML: nested deeper than {MAX_DEPTH} levels") from None
-    except yaml.MarkedYAMLError as exc:
-        where = f" at line {exc.problem_mark.line + 1}" if exc.problem_mark else ""
-        raise WebConfigError(f"not valid YAML: {exc.problem or exc.context}{where}") from None
-    except yaml.YAMLError as exc:
-        raise WebConfigError(f"not valid YAML: {_one_line(str(exc))}") from None
+        data = load_strict(text, max_depth=MAX_DEPTH)
+    except YamlRefused as exc:
+        raise WebConfigError(str(exc)) from None
     if data is None:
         return WebConfig()  # an empty file: plain HTTP, no auth (as exporter-toolkit)
     top = _mapping(data, "")
@@ -192,20 +157,6 @@ def parse_web_config(text: str, base_dir: Path) -> WebConfig:
     return WebConfig(tls=tls, users=users, headers=headers)
 
 
-def _check_depth(text: str) -> None:
-    depth = 0
-    for event in yaml.parse(text, Loader=_StrictLoader):
-        if isinstance(event, yaml.CollectionStartEvent):
-            depth += 1
-            if depth > MAX_DEPTH:
-                line = event.start_mark.line + 1 if event.start_mark else 0
-                raise WebConfigError(
-                    f"not valid YAML: nested deeper than {MAX_DEPTH} levels at line {line}"
-                )
-        elif isinstance(event, yaml.CollectionEndEvent):
-            depth -= 1
-
-
 def read_web_config(path: Path) -> WebConfig:
     """Read and validate the file's syntax and values (not yet the certificates: see tls.py)."""
     try:
@@ -220,10 +171,6 @@ def read_web_config(path: Path) -> WebConfig:
     except UnicodeDecodeError:
         raise WebConfigError(f"{path} is not UTF-8 text") from None
     return parse_web_config(text, path.parent)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:

@@ -21,13 +21,13 @@ the same way.
 from __future__ import annotations
 
 import logging
-import os
 import ssl
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.host.files import file_stamp
 from exporter.web.auth import BasicAuth
 from exporter.web.config import WebConfig, WebConfigError, read_web_config
 from exporter.web.tls import build_context
@@ -57,14 +57,6 @@ def load_web_state(path: Path) -> WebState:
     return WebState(config, context, BasicAuth(config.users))
 
 
-def _stat(path: Path) -> tuple[object, ...]:
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        return (exc.errno,)
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
 class LiveWebConfig:
     def __init__(self, path: Path, initial: WebState) -> None:
         self.path = path
@@ -80,7 +72,7 @@ class LiveWebConfig:
         return cls(path, load_web_state(path))
 
     def _fingerprint(self) -> Stamp:
-        return tuple(_stat(p) for p in (self.path, *self._files))
+        return tuple(file_stamp(p) for p in (self.path, *self._files))
 
     def current(self) -> WebState:
         """The state to serve this connection or request with: the last good one."""
