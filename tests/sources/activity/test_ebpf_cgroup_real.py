@@ -248,8 +248,10 @@ def _compare(per_process: EbpfSource, per_cgroup: EbpfSource) -> None:
         if name not in ("move1", "move2"):
             # per-process mode credits a process to the cgroup it is in at the read, which
             # for these is their only one, except for the child's own time between fork and
-            # joining its cgroup (start(): ~1 ms of Python, run in the test's cgroup)
-            assert per_proc == pytest.approx(want, rel=0.003, abs=0.003), (name, per_proc, want)
+            # joining its cgroup (start(): ~1 ms of Python, run in the test's cgroup; 3.9 ms
+            # seen once in a fresh CI run). Per-cgroup mode, the billing path, is held to
+            # cpu.stat at 0.3 % above.
+            assert per_proc == pytest.approx(want, rel=0.003, abs=0.006), (name, per_proc, want)
     # both programs see the same slices. The per-process path credits a process's work since
     # the last read to the cgroup it is in at the read, so the mover's two cgroups are compared
     # together there (per-cgroup mode is exact per cgroup: above)
