@@ -259,11 +259,11 @@ def _compare(per_process: EbpfSource, per_cgroup: EbpfSource) -> None:
     for group in groups:
         got_a = sum(a.cpu[paths[n]] for n in group)
         got_b = sum(b.cpu[paths[n]] for n in group)
-        # the mover's slice in flight at its move is the per-process path's to place (the
-        # read after it): on a loaded machine 3.6 ms of 1.09 s went astray; per-cgroup mode is
-        # held to cpu.stat itself above
-        slack = 0.006 if group == ["move1", "move2"] else 0.003
-        assert got_b == pytest.approx(got_a, rel=0.003 if exact else 0.03, abs=slack), group
+        # the per-process path differs by what it cannot place exactly: each child's time
+        # before it joins its cgroup (3.0 ms of 0.85 s in a fresh CI run) and the mover's slice
+        # in flight at its move (3.6 ms of 1.09 s on a loaded machine), the same 6 ms allowed
+        # against cpu.stat above; per-cgroup mode is held to cpu.stat itself at 0.3 %
+        assert got_b == pytest.approx(got_a, rel=0.003 if exact else 0.03, abs=0.006), group
     nv_dr = {"nvidia": 300, "drm": 100}
     assert a.ioctls[paths["gpu"]] == nv_dr
     assert b.ioctls[paths["gpu"]] == nv_dr
