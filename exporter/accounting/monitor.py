@@ -33,7 +33,7 @@ from exporter.accounting.nodezones import NodeZones, ZoneJoules, attributable
 from exporter.accounting.pending import HOLD_INTERVALS, PendingEnergy, gap_reason
 from exporter.accounting.sourceround import Round, SourceRound, provided
 from exporter.accounting.workloads import WorkloadLedger, energy_items
-from exporter.accounting.zones import ZoneId, ZonePreferences
+from exporter.accounting.zones import ZoneFill, ZoneId, ZonePreferences
 from exporter.model.config import IdleAttribution, IdlePower
 from exporter.model.gpu_readings import GpuReadings
 from exporter.model.identity import ContainerRef, NoNames
@@ -68,6 +68,8 @@ class MonitorSettings:
     zone_preferences: ZonePreferences = ()
     # power sources used only until a measured one reads (Registry.fallback_sources)
     fallback_sources: frozenset[str] = frozenset()
+    # zone kinds a fallback source fills beside measured sources (Registry.zone_fills)
+    zone_fills: tuple[ZoneFill, ...] = ()
     with_processes: bool = False
     retention_s: float = 600.0
     # Each source read runs on its own thread and is waited for this long
@@ -119,6 +121,7 @@ class Monitor:
             power=parts.power,
             gpus=parts.gpus,
             fallback=settings.fallback_sources,
+            fills=settings.zone_fills,
             read_timeout_s=settings.read_timeout_s,
             startup_statuses=parts.startup_statuses,
             clock=clock,
@@ -128,6 +131,7 @@ class Monitor:
             settings.idle_power,
             configured_zones=settings.attribution_zones,
             preferences=settings.zone_preferences,
+            fills=settings.zone_fills,
         )
         self._gpu_merge = GpuMerge()
         self._gpu = GpuAccounting(

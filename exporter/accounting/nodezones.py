@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from exporter.accounting.attribution import ZoneEnergy
 from exporter.accounting.idle import IdleBaseline
 from exporter.accounting.meter import DeviceSample, ZoneMeter
-from exporter.accounting.zones import ZoneId, ZonePreferences, workload_zones
+from exporter.accounting.zones import ZoneFill, ZoneId, ZonePreferences, workload_zones
 from exporter.model.config import IdlePower
 from exporter.model.health import IdleOrigin, MeterHealth
 from exporter.model.readings import EnergyReading, TaskKey
@@ -26,10 +26,12 @@ class NodeZones:
         *,
         configured_zones: tuple[str, ...] = (),
         preferences: ZonePreferences = (),
+        fills: Sequence[ZoneFill] = (),
     ) -> None:
         self._idle_power = idle_power
         self._configured = configured_zones  # --attribution.zones; empty: from what is measured
         self._preferences = preferences
+        self._fills = tuple(fills)
         self._meters: dict[ZoneId, ZoneMeter] = {}
 
     def measure(
@@ -78,7 +80,7 @@ class NodeZones:
 
     def attributed_kinds(self, zone_ids: Iterable[ZoneId]) -> tuple[str, ...]:
         """Which zone kinds are split among workloads (exporter/accounting/zones.py)."""
-        return workload_zones(self._configured, zone_ids, self._preferences)
+        return workload_zones(self._configured, zone_ids, self._preferences, self._fills)
 
     def health(self) -> list[tuple[ZoneId, MeterHealth]]:
         return [(zid, meter.health()) for zid, meter in sorted(self._meters.items())]

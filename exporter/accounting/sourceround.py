@@ -4,7 +4,9 @@
 A source that raises gives nothing and a status saying why; one that misses its deadline gives
 the late reading when one came, else nothing. No source can take the interval down. Fallback
 power sources (the estimate) count only while no measured power source has read: once one has,
-their readings and statuses are dropped for good, as if they had not been read.
+their readings and statuses are dropped for good, as if they had not been read, except the zone
+kinds a fallback fills (ZoneFill: the estimate's dram): those count, with the source's status,
+until a measured source gives that kind (exporter/accounting/zones.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from exporter.accounting.deadline import (
     Outcome,
     SourceReads,
 )
+from exporter.accounting.zones import ZoneFill, fill_readings, filled_kinds
 from exporter.model.gpu_readings import GpuReadings
 from exporter.model.ports import ActivitySource, CpuTimesSource, GpuBackend, PowerSource
 from exporter.model.readings import CpuTimes, EnergyReading, SourceError, SourceStatus, TaskSample
@@ -59,6 +62,7 @@ class SourceRound:
         power: Sequence[PowerSource],
         gpus: Sequence[GpuBackend],
         fallback: frozenset[str] = frozenset(),
+        fills: Sequence[ZoneFill] = (),
         read_timeout_s: float | None = None,
         startup_statuses: Sequence[SourceStatus] = (),
         clock: Callable[[], float] = time.monotonic,
@@ -71,6 +75,9 @@ class SourceRound:
         self._gpus = tuple(gpus)
         self._fallback = fallback  # names of power sources used only until a measured one reads
         self._measured_seen = False
+        # fallback source -> the zone kinds it fills beside measured sources
+        self._fills = {f.source: f.zones for f in fills if f.source in fallback}
+        self._measured_kinds: set[str] = set()  # zone kinds measured sources have given
         self._clock = clock
         self._reads: SourceReads = (
             DeadlineReads(read_timeout_s, clock) if read_timeout_s else InlineReads(clock)
@@ -84,10 +91,11 @@ class SourceRound:
         if self._activity.name == PROCFS and len(statuses) == 2:
             statuses = _merge_statuses(statuses[0], statuses[1])
         statuses.extend(self._startup_statuses)
-        measured: list[tuple[EnergyReading, float]] = []
-        fallback: list[tuple[EnergyReading, float]] = []
+        measured: list[tuple[EnergyReading, float, str]] = []
+        fallback: list[tuple[EnergyReading, float, str]] = []
         fallback_statuses: list[SourceStatus] = []
         unread: list[tuple[str, str]] = []
+        fallback_unread: list[tuple[str, str]] = []
         for i, source in enumerate(self._power):
             key = f"power.{i}"
             if key not in got:
@@ -99,19 +107,48 @@ class SourceRound:
             if value is None:
                 value = _faulted(outcome)
                 if not value:
-                    unread.append((source.name, into[-1].reason))
-            (fallback if is_fallback else measured).extend((r, outcome.stamp) for r in value)
-        if any(not r.fault for r, _ in measured):
+                    (fallback_unread if is_fallback else unread).append(
+                        (source.name, into[-1].reason)
+                    )
+            (fallback if is_fallback else measured).extend(
+                (r, outcome.stamp, source.name) for r in value
+            )
+        self._measured_kinds.update(r.zone for r, _, _ in measured if not r.fault)
+        if self._measured_kinds:
             self._measured_seen = True
         if not self._measured_seen:
             measured += fallback
             statuses += fallback_statuses
+            unread += fallback_unread
+        else:
+            measured += self._filling(fallback, fallback_statuses, statuses)
+            unread += [u for u in fallback_unread if self._still_fills(u[0])]
         gpus: list[tuple[GpuReadings | None, float]] = []
         for i, b in enumerate(self._gpus):
             gpus.append((self._take(b.name, got[f"gpu.{i}"], statuses), got[f"gpu.{i}"].stamp))
             if gpus[-1][0] is None:
                 unread.append((b.name, statuses[-1].reason))
-        return Round(cpu, tasks, tuple(measured), tuple(gpus), tuple(statuses), tuple(unread))
+        readings = tuple((r, stamp) for r, stamp, _ in measured)
+        return Round(cpu, tasks, readings, tuple(gpus), tuple(statuses), tuple(unread))
+
+    def _still_fills(self, source: str) -> bool:
+        """Whether a fallback source has zone kinds left to fill beside the measured sources."""
+        return bool(filled_kinds(self._fills.get(source, ()), self._measured_kinds))
+
+    def _filling(
+        self,
+        fallback: Sequence[tuple[EnergyReading, float, str]],
+        fallback_statuses: Sequence[SourceStatus],
+        statuses: list[SourceStatus],
+    ) -> list[tuple[EnergyReading, float, str]]:
+        """The fallback readings that fill zone kinds no measured source has given; a source
+        still filling keeps its status (it is counted), one done filling is dropped."""
+        kept: list[tuple[EnergyReading, float, str]] = []
+        for source, fill in self._fills.items():
+            ours = [item for item in fallback if item[2] == source]
+            kept += fill_readings(ours, fill, self._measured_kinds, lambda item: item[0].zone)
+        statuses += [s for s in fallback_statuses if self._still_fills(s.source)]
+        return kept
 
     def _calls(self) -> list[Call]:
         """This interval's source reads; each source's calls share its worker thread."""
@@ -122,7 +159,9 @@ class SourceRound:
         calls += [
             Call(f"power.{i}", s.name, s.read)
             for i, s in enumerate(self._power)
-            if not (self._measured_seen and s.name in self._fallback)
+            if not (
+                self._measured_seen and s.name in self._fallback and not self._still_fills(s.name)
+            )
         ]
         calls += [Call(f"gpu.{i}", b.name, b.read) for i, b in enumerate(self._gpus)]
         return calls

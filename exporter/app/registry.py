@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from exporter.accounting.zones import ZoneFill
 from exporter.kube import check as check_kube
 from exporter.model.config import Config
 from exporter.model.ports import GpuBackend, PowerSource
@@ -110,6 +111,16 @@ class Registry:
     def fallback_sources(self) -> frozenset[str]:
         """Power sources read only until a measured one has read (the estimate)."""
         return frozenset(s.name for s in self.specs if s.fallback)
+
+    @property
+    def zone_fills(self) -> tuple[ZoneFill, ...]:
+        """The zone kinds each fallback source fills beside measured sources (the estimate's
+        dram where the measured source has none: exporter/accounting/zones.py)."""
+        return tuple(
+            ZoneFill(s.name, s.zone_label, s.fills_zones)
+            for s in self.specs
+            if s.fallback and s.fills_zones
+        )
 
     @property
     def zone_preferences(self) -> tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]:

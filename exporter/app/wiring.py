@@ -155,6 +155,7 @@ def build(config: Config, progress: Progress | None = None) -> Parts:
             attribution_zones=config.attribution_zones,
             zone_preferences=REGISTRY.zone_preferences,
             fallback_sources=REGISTRY.fallback_sources,
+            zone_fills=REGISTRY.zone_fills,
             with_processes=with_processes,
             retention_s=config.retention_s,
             read_timeout_s=config.read_timeout_s,

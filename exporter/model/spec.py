@@ -153,6 +153,10 @@ class SourceSpec:
     build: Callable[[Config, BuildContext], PowerSource] | None = None
     # a power source read only until a measured one has read (the estimate)
     fallback: bool = False
+    # Zone kinds a fallback source keeps filling after a measured source has read, for as long
+    # as no measured source has given that kind (the estimate's dram beside RAPL's package on
+    # AMD): the per-zone fallback, docs/attribution.md. Its other zones stop as before.
+    fills_zones: tuple[str, ...] = ()
     # how a GPU backend (kind GPU) is built, and which PCI addresses it meters (for hwmon)
     gpu_backend: Callable[[Config], GpuBackend] | None = None
     gpu_metered_pci: Callable[[Config], Callable[[], frozenset[str]]] | None = None

@@ -13,5 +13,6 @@ def monitor_settings(**settings: Any) -> MonitorSettings:
     return MonitorSettings(
         zone_preferences=REGISTRY.zone_preferences,
         fallback_sources=REGISTRY.fallback_sources,
+        zone_fills=REGISTRY.zone_fills,
         **settings,
     )

@@ -9,7 +9,9 @@ Readings are labelled source="estimated".
 It is a power source like the others: each read integrates the model's power since the last
 read into an energy counter per zone, and the zone's meter splits it with the model's own idle
 power. It is a fallback (SPEC.fallback): the monitor reads it only until a measured source has
-read.
+read, except its dram zone (SPEC.fills_zones), which goes on while no measured source has given a
+dram zone: a node whose RAPL has package but no DRAM domain (most AMD CPUs), or whose hwmon has no
+memory sensor, still gets its memory's power, labelled source="estimated".
 """
 
 from __future__ import annotations
@@ -204,7 +206,8 @@ SPEC = SourceSpec(
     default_on=True,
     probe=probe,
     build=build,
-    fallback=True,  # read only until a measured power source has read
+    fallback=True,  # read only until a measured power source has read,
+    fills_zones=("dram",),  # except memory, for as long as no measured source has a dram zone
     flag_aliases=("estimate",),
     workload_zones=(("package", "dram"),),  # CPU and memory, split like RAPL's
 )
