@@ -58,6 +58,8 @@ class CheckResult:
     absent: bool = False
     detail: str = ""  # the full explanation of a failure
     items: tuple[str, ...] = ()  # what was found, one per line: zones, sensors, GPUs, pods
+    # a power source's zone kinds that read (the estimate says whether it fills dram beside it)
+    zones: tuple[str, ...] = ()
 
     @property
     def status(self) -> str:
@@ -96,10 +98,11 @@ class Finding:
     fix: str = ""
     absent: bool = False
     disabled: bool = False  # switched off by a flag other than --no-collector.NAME
+    zones: tuple[str, ...] = ()  # a power source's zone kinds that read
 
     @classmethod
-    def works(cls, found: str, items: Sequence[str] = ()) -> Finding:
-        return cls(True, found=found, items=tuple(items))
+    def works(cls, found: str, items: Sequence[str] = (), zones: Sequence[str] = ()) -> Finding:
+        return cls(True, found=found, items=tuple(items), zones=tuple(zones))
 
     @classmethod
     def failed(cls, exc: SourceError, fix: str = "") -> Finding:
@@ -210,4 +213,5 @@ def zones_found(readings: Sequence[EnergyReading], items: list[str], noun: str) 
     """A power source's check entry: the domains that read (faulted ones are only in items)."""
     good = [r for r in readings if not r.fault]
     summary = ", ".join(f"{r.zone} ({r.device})" for r in good)
-    return Finding.works(f"{len(good)} {noun}: {summary}", items)
+    kinds = sorted({r.zone for r in good})
+    return Finding.works(f"{len(good)} {noun}: {summary}", items, kinds)

@@ -131,6 +131,7 @@ def run_one(
         absent=f.absent,
         detail=f.detail,
         items=f.items,
+        zones=f.zones,
     )
 
 

@@ -182,9 +182,16 @@ def probe(config: Config, earlier: Sequence[CheckResult], _context: BuildContext
     except SourceError as exc:
         return Finding(False, reason="needs /proc/stat", detail=exc.detail, fix=MOUNT_PROCFS)
     est = NodeModels(config).estimate(cpu.ncpu)
-    measured = any(r.ok for r in earlier if r.kind == POWER)
+    measured = [r for r in earlier if r.ok and r.kind == POWER]
     use = "standby: measured power is available" if measured else "in use: no power sensor found"
     dram = f", memory {est.dram_w(0.0):.3g} W idle" if est.dram is not None else ""
+    if measured and dram:  # the per-zone fallback (SPEC.fills_zones): memory where none is measured
+        fills = set(SPEC.fills_zones) - {z for r in measured for z in r.zones}
+        dram += (
+            " (in use: no measured source has a dram zone)"
+            if fills
+            else " (standby: a measured source has a dram zone)"
+        )
     text = (
         f"{use}; basis {est.basis} ({est.detail}): CPU {est.idle_w:.3g} W idle .. "
         f"{est.max_w:.3g} W busy{dram}"

@@ -23,7 +23,7 @@ from exporter.exposition.text import TextRenderer
 from exporter.model.config import Config, IdleAttribution, IdlePower
 from exporter.model.readings import EnergyReading, SourceAbsent
 from exporter.model.snapshot import EstimateInfo
-from exporter.model.spec import BuildContext
+from exporter.model.spec import POWER, BuildContext, CheckResult
 from exporter.sources.power.cpumodel.node import (
     NodeFacts,
     cpu_model_name,
@@ -149,3 +149,18 @@ def test_check_says_the_basis_and_what_would_improve_it(tmp_path: Path) -> None:
     assert any("--estimate.instance-type" in i for i in finding.items)
     assert any("RAPL" in i for i in finding.items)
     assert any("--estimate.idle-watts" in i for i in finding.items)
+
+
+def test_check_says_whether_memory_is_estimated_beside_measured_power(tmp_path: Path) -> None:
+    """The per-zone fallback in `check`: RAPL with package only leaves memory to the estimate;
+    RAPL with dram leaves it nothing."""
+    config = node_tree(tmp_path, "m5.xlarge")
+
+    def rapl(*zones: str) -> CheckResult:
+        return CheckResult("rapl", POWER, True, found="zones", zones=zones)
+
+    package_only = probe(config, [rapl("package")], BuildContext()).found
+    assert package_only.startswith("standby: measured power is available")
+    assert "memory 1.67 W idle (in use: no measured source has a dram zone)" in package_only
+    with_dram = probe(config, [rapl("dram", "package")], BuildContext()).found
+    assert "memory 1.67 W idle (standby: a measured source has a dram zone)" in with_dram
