@@ -58,6 +58,25 @@ class Showback:
     def kwh(self, by: str) -> str:
         return f"sum by ({by}) ({self.joules(by)}) / {J_PER_KWH}"
 
+    def estimated_kwh(self, by: str) -> str:
+        """The part of kwh(by) from zones modelled on their node (source="estimated": all of a
+        node without sensors, or its memory beside a sensor without a dram zone); 0, never
+        missing, where there is none. A zone is modelled where its node has a model idle
+        baseline for it (wattprobe_idle_power_watts{source="estimated"})."""
+        pods = (
+            f"sum by (cluster, node, zone, {by}) "
+            f"(increase({POD_ENERGY}{self.sel(*self.pods)}[$__range]{self.offset}))"
+        )
+        estimated = self.sel('source="estimated"')
+        modelled = (
+            "group by (cluster, node, zone) (last_over_time(wattprobe_idle_power_watts"
+            f"{estimated}[$__range]{self.offset}))"
+        )
+        return (
+            f"(sum by ({by}) ({pods} * on (cluster, node, zone) group_left () {modelled})"
+            f" or sum by ({by}) ({pods}) * 0) / {J_PER_KWH}"
+        )
+
     def facility_kwh(self, by: str) -> str:
         pue = self._factor("wattprobe_node_pue")
         return (
@@ -129,14 +148,17 @@ def showback_dashboard(sel: Selector, variables: list[JSON], tags: tuple[str, ..
             "Per namespace over the dashboard's time range: kWh billed to its pods (active and "
             "billed idle), facility kWh (times each node's PUE; nodes without a PUE left out), "
             "carbon in gCO2e (facility energy, IT energy without a PUE, times the node's grid "
-            "intensity; nodes without one left out), GPU-hours held and GPU-hours held while "
-            "WattprobeGpuIdleWhileAllocated fired.",
+            "intensity; nodes without one left out), GPU-hours held, GPU-hours held while "
+            "WattprobeGpuIdleWhileAllocated fired, and how much of the kWh is modelled rather "
+            'than measured (zones with source="estimated" on their node: all of a node without '
+            "power sensors, or the memory of one whose sensors have no dram zone).",
             [
                 Query(now.kwh("namespace"), instant=True, table=True),
                 Query(now.facility_kwh("namespace"), instant=True, table=True),
                 Query(now.carbon("namespace"), instant=True, table=True),
                 Query(now.gpu_hours("namespace"), instant=True, table=True),
                 Query(now.idle_gpu_hours("namespace"), instant=True, table=True),
+                Query(now.estimated_kwh("namespace"), instant=True, table=True),
             ],
             "short",
             width=24,
@@ -146,6 +168,7 @@ def showback_dashboard(sel: Selector, variables: list[JSON], tags: tuple[str, ..
                 "Value #C": "Carbon (gCO2e)",
                 "Value #D": "GPU-hours",
                 "Value #E": "Idle GPU-hours",
+                "Value #F": "of kWh estimated",
             },
             sort_by="kWh",
         ),

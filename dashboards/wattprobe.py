@@ -75,8 +75,8 @@ def xid_events(counter: str, window: str) -> str:
 ESTIMATED_DASHED = dashed("byRegexp", ".*\\(estimated\\).*")
 PRIOR_DASHED = dashed("byRegexp", ".*\\(prior\\).*")
 ESTIMATED_NOTE = (
-    " Series marked (estimated), dashed, are modelled from CPU usage on nodes without a power"
-    " sensor."
+    " Series marked (estimated), dashed, are modelled from CPU usage: all zones of a node"
+    " without a power sensor, or the memory (dram) of one whose sensors have no dram zone."
 )
 
 

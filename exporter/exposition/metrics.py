@@ -108,7 +108,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "counter",
         'Energy measured (or, with source="estimated", modelled) per zone and device, split into '
         "active and idle. Zones overlap (package contains core): never sum across zones; summing "
-        "the devices of one zone (both sockets' package) is right.",
+        "the devices of one zone (both sockets' package) is right. A node whose measured sources "
+        'have no dram zone (RAPL without a DRAM domain, as on most AMD CPUs) gets zone="dram" '
+        'source="estimated" beside them, from installed memory (docs/attribution.md).',
         ("zone", "device", "source", "mode"),
     ),
     MetricSpec(
