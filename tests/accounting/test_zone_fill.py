@@ -233,6 +233,11 @@ def test_fills_only_widen_the_deciding_sources_own_group(
         assert with_fills == ("psys",)
     if without and "package" in without and filled:
         assert "dram" in with_fills
+    hwmon_decides = not any(s == "rapl" for _z, _d, s in zone_ids) and any(
+        s == "hwmon" for _z, _d, s in zone_ids
+    )
+    if hwmon_decides and filled:  # every sensor is split, and the estimated memory with them
+        assert "dram" in with_fills
     if not without:  # nothing measured decides (the estimate alone, or nothing): as before
         assert with_fills == ()
 
