@@ -236,6 +236,7 @@ def _compare(per_process: EbpfSource, per_cgroup: EbpfSource) -> None:
     # time of processes whose cgroup path was not known at a read ("" is also the kernel
     # threads' bucket, which is left out here): printed, so a shortfall below says where it went
     print(f"unplaced: per-process {a.unplaced:.4f}, per-cgroup {b.unplaced:.4f} s")
+    print("per-cgroup maps:", per_cgroup.map_stats())  # LRU evictions, failed inserts
     exact = per_cgroup.info.task_runtime and per_process.info.task_runtime
     assert exact == (per_cgroup.info.switch_probe == "raw"), "task runtime where the kernel has it"
     for name in names:
