@@ -189,9 +189,7 @@ def test_gpu_holders_and_allocation_rows(kubelet: FakePodResources) -> None:
         )
         assert kube.gpu_holders(parent) == (jupyter,)
         held = GpuAllocation("1", parent, "2", MIG, "ml", "notebook", "jupyter", "", MIG_RESOURCE)
-        assert held in (
-            kube.gpu_allocations()
-        )
+        assert held in kube.gpu_allocations()
         store.replace([])  # the pods were deleted: their names stay for the retention window
         assert len(kube.gpu_holders(GPU0)) == 2
     finally:
