@@ -8,10 +8,13 @@ recording rules of group wattprobe.showback.rules. The same definitions througho
 - cost = facility energy (IT energy where the node has no PUE) x its price per kWh, per currency:
   never summed across currencies; a node without a price has no cost, never 0;
 - carbon = the same energy x the node's grid intensity (gCO2e/kWh);
-- GPU-hours: a pod holding a whole GPU, counted at the dashboard's resolution ($__interval); a
-  GPU's price per hour is its model's entry, else resource nvidia.com/gpu's (the recording rule
-  node_uuid:wattprobe_gpu_hour_price:max); MIG devices are not priced;
-- idle-GPU waste: GPU-hours while WattprobeGpuIdleWhileAllocated fired.
+- GPU-hours: a pod holding a GPU or MIG device, counted at the dashboard's resolution
+  ($__interval); a GPU's price per hour is its model's entry, else resource nvidia.com/gpu's (the
+  recording rule node_uuid:wattprobe_gpu_hour_price:max), a MIG device's its resource's entry,
+  else its share of its GPU's (node_uuid:wattprobe_mig_device_hour_price:max, its last value in
+  the range: a device given back before the range's end keeps its price);
+- idle-GPU waste: GPU-hours while WattprobeGpuIdleWhileAllocated fired (whole GPUs: NVML reports
+  no utilization in MIG mode).
 A factor that changed within the range applies as its average over the range.
 """
 
@@ -25,6 +28,8 @@ POD_ENERGY = "wattprobe_pod_energy_joules_total"
 J_PER_KWH = "3.6e6"
 MS_PER_HOUR = "3.6e6"
 GPU_PRICE = "node_uuid:wattprobe_gpu_hour_price:max"
+MIG_PRICE = "node_uuid:wattprobe_mig_device_hour_price:max"
+ALLOCATION = "wattprobe_gpu_allocation_info"
 IDLE_ALERT = 'alertname="WattprobeGpuIdleWhileAllocated", alertstate="firing"'
 Selector = Callable[..., str]
 
@@ -99,15 +104,17 @@ class Showback:
             f"/ {J_PER_KWH}"
         )
 
-    def _held(self, metric: str, *matchers: str) -> str:
+    def _held(self, metric: str, *matchers: str, by: str = "cluster, node, namespace, pod") -> str:
         """Samples of each (pod, GPU) at the dashboard's resolution over the range."""
         return (
-            "count_over_time((max by (cluster, node, namespace, pod, gpu, uuid) "
+            f"count_over_time((max by ({by}, gpu, uuid) "
             f"({metric}{self.sel(*self.pods, *matchers)}))[$__range:$__interval]{self.offset})"
         )
 
     def _allocated(self) -> str:
-        return self._held("wattprobe_gpu_allocation_info", 'uuid!=""', 'mig_device=""')
+        """GPUs and MIG devices (gpu_instance, mig_device) alike."""
+        device = "cluster, node, namespace, pod, gpu_instance, mig_device"
+        return self._held(ALLOCATION, 'uuid!=""', by=device)
 
     def _idle(self) -> str:
         return self._held("ALERTS", IDLE_ALERT)
@@ -127,7 +134,20 @@ class Showback:
         )
 
     def gpu_cost(self, by: str) -> str:
-        return self._priced(self._allocated(), by)
+        whole = self._held(ALLOCATION, 'uuid!=""', 'mig_device=""')
+        migs = self._held(
+            ALLOCATION, 'uuid!=""', 'mig_device!=""', by="cluster, node, namespace, pod, mig_device"
+        )
+        mig_price = (
+            "max by (cluster, node, uuid, mig_device, currency) "
+            f"(last_over_time({MIG_PRICE}{self.sel()}[$__range]{self.offset}))"
+        )
+        return (
+            f"sum by ({by}, currency) ("
+            f"{whole} * on (cluster, node, uuid) group_left (currency) {GPU_PRICE}{self.sel()} "
+            f"or {migs} * on (cluster, node, uuid, mig_device) group_left (currency) {mig_price}"
+            f") * $__interval_ms / {MS_PER_HOUR}"
+        )
 
     def idle_gpu_cost(self, by: str) -> str:
         return self._priced(self._idle(), by)

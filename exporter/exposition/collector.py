@@ -196,6 +196,7 @@ class SnapshotCollector(Collector):
                     ("gpu_instance", a.gpu_instance),
                     ("mig_device", a.mig_device),
                     ("claim", a.claim),
+                    ("resource", a.resource),
                 )
                 for key, value in parts:
                     if value:

@@ -116,6 +116,10 @@ def _gauges(out: _Families, ids: Mapping[str, str], r: GpuReading) -> None:
     out.maybe("gpu_ecc_errors", {**ids, "type": "corrected"}, r.ecc_corrected)
     out.maybe("gpu_ecc_errors", {**ids, "type": "uncorrected"}, r.ecc_uncorrected)
     out.add("gpu_processes", ids, len(r.processes))
+    shares = {str(i.gpu_instance): i.slice_ratio for i in r.mig_instances}
+    for gpu_instance, share in sorted(shares.items()):
+        # one per GPU instance, however many compute instances it is split into
+        out.maybe("gpu_mig_slice_ratio", {**ids, "gpu_instance": gpu_instance}, share)
     for inst in r.mig_instances:
         mig = {
             **ids,

@@ -332,6 +332,15 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         section="GPUs",
     ),
     MetricSpec(
+        "gpu_mig_slice_ratio",
+        "gauge",
+        "A MIG GPU instance's share of its GPU: its profile's compute slices over the GPU's "
+        "(7; 4 on an A30), e.g. 3/7 for 3g.20gb on an A100. What a MIG device is priced at "
+        "from its GPU's whole price (docs/showback.md).",
+        (*GPU_LABELS, "gpu_instance"),
+        section="GPUs",
+    ),
+    MetricSpec(
         "gpu_attribution_intervals",
         "counter",
         "Intervals in which the GPU's active energy was split by each method "
@@ -368,9 +377,12 @@ KUBE_CATALOGUE: tuple[MetricSpec, ...] = (
         "kubelet's PodResources API (device plugins, and DRA claims through the node's CDI "
         "specs), value 1. gpu, uuid and gpu_instance are left out while NVML does not know "
         "them; mig_device is the MIG device as the device plugin (or CDI) names it; claim is "
-        "the DRA ResourceClaim in the pod's namespace, left out for device plugin allocations.",
+        "the DRA ResourceClaim in the pod's namespace, left out for device plugin allocations; "
+        "resource is the device plugin resource it was allocated as (nvidia.com/gpu, "
+        "nvidia.com/mig-1g.10gb: what a GPU-hour price per resource applies to), left out for "
+        "DRA claims.",
         ("namespace", "pod", "container"),
-        ("gpu", "uuid", "gpu_instance", "mig_device", "claim"),
+        ("gpu", "uuid", "gpu_instance", "mig_device", "claim", "resource"),
         section="Kubernetes",
     ),
 )

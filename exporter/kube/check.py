@@ -120,8 +120,10 @@ def _podresources(config: Config, plugins: Sequence[DevicePlugin]) -> CheckResul
         devices, claims, cdi, directory, gpu_resources=config.gpu_resources, plugins=plugins
     )
     holders = len({(h.namespace, h.pod, h.container) for h in held.holdings})
+    # a device held through two resources is one allocation, as on the allocation series
+    rows = len({(h.namespace, h.pod, h.container, h.ref, h.claim) for h in held.holdings})
     found = (
-        f"{len(held.holdings)} GPU allocations to {holders} containers "
+        f"{rows} GPU allocations to {holders} containers "
         f"({held.devices} device plugin devices, {held.claims} DRA claim devices){also}"
     )
     return CheckResult(

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -282,6 +282,7 @@ class Holding:
     container: str
     ref: GpuRef
     claim: str = ""  # the DRA ResourceClaim, "" for device plugin allocations
+    resource: str = ""  # the device plugin resource (nvidia.com/mig-1g.10gb), "" for a claim
 
 
 @dataclass(frozen=True, slots=True)
@@ -497,10 +498,14 @@ def resolve_holdings(
                 unresolved.append(Unresolved("device", holder, a.device_id, why))
                 continue
             n_devices += 1
-            out.update(dict.fromkeys(Holding(a.namespace, a.pod, a.container, r) for r in real))
+            out.update(
+                dict.fromkeys(
+                    Holding(a.namespace, a.pod, a.container, r, resource=a.resource) for r in real
+                )
+            )
             continue
         n_devices += 1
-        out[Holding(a.namespace, a.pod, a.container, ref)] = None
+        out[Holding(a.namespace, a.pod, a.container, ref, resource=a.resource)] = None
     for c in claims:
         refs, how, why = resolve_claim(c, cdi, directory)
         if not refs:
@@ -518,9 +523,13 @@ def resolve_holdings(
 
 def allocations_of(holdings: Iterable[Holding]) -> tuple[GpuAllocation, ...]:
     """wattprobe_gpu_allocation_info rows: one per (GPU or MIG device, container, claim); two
-    replicas of one time-sliced GPU held by the same container are one row."""
-    rows = {
-        GpuAllocation(
+    replicas of one time-sliced GPU held by the same container are one row. A device a
+    container holds through several resources (a sharing plugin's count and memory
+    resources) is still one row, its resources joined sorted with "," in `resource`: one
+    series per device and holder, whatever the plugin, and GPU hours counted once."""
+    resources: dict[GpuAllocation, set[str]] = {}
+    for h in holdings:
+        row = GpuAllocation(
             h.ref.gpu,
             h.ref.uuid,
             h.ref.gpu_instance,
@@ -530,8 +539,8 @@ def allocations_of(holdings: Iterable[Holding]) -> tuple[GpuAllocation, ...]:
             h.container,
             h.claim,
         )
-        for h in holdings
-    }
+        resources.setdefault(row, set()).update([h.resource] if h.resource else [])
+    rows = (replace(row, resource=",".join(sorted(r))) for row, r in resources.items())
     return tuple(sorted(rows, key=_row_key))
 
 
@@ -543,7 +552,16 @@ def gpu_allocations(
 
 
 def _row_key(row: GpuAllocation) -> tuple[str, ...]:
-    return (row.gpu, row.uuid, row.mig_device, row.namespace, row.pod, row.container, row.claim)
+    return (
+        row.gpu,
+        row.uuid,
+        row.mig_device,
+        row.namespace,
+        row.pod,
+        row.container,
+        row.claim,
+        row.resource,
+    )
 
 
 def holders_in(uuid: str, holdings: Iterable[Holding]) -> list[tuple[str, str, str]]:

@@ -10,9 +10,14 @@ per-process SM samples (NVIDIA), error events keyed by the vendor's code (NVIDIA
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 COMPUTE = "compute"
+# a MIG profile names its GPU instance's compute slices as "<Ng>g." ("3g.20gb", "1c.3g.20gb",
+# "1g.10gb+me"); a GPU has 7 of them, an A30 4 (NVIDIA's MIG user guide, supported profiles)
+_GI_SLICES = re.compile(r"(?:^|\.)(?P<n>[1-9])g\.")
+_FOUR_SLICE_GPU = re.compile(r"\bA30")
 GRAPHICS = "graphics"
 
 
@@ -68,6 +73,17 @@ class MigInstanceReading:
         """The MIG profile from the device name ("3g.20gb"), or "" when the name has none."""
         _, sep, tail = self.name.rpartition("MIG ")
         return tail.strip() if sep else ""
+
+    @property
+    def slice_ratio(self) -> float | None:
+        """Its GPU instance's share of the GPU: the profile's compute slices over the GPU's
+        (3g.20gb on an A100: 3/7); None when the name gives no profile. What a MIG device is
+        priced at from a whole GPU's price (docs/showback.md)."""
+        match = _GI_SLICES.search(self.profile)
+        if match is None:
+            return None
+        total = 4 if _FOUR_SLICE_GPU.search(self.name) else 7
+        return min(1.0, int(match.group("n")) / total)
 
 
 @dataclass(frozen=True, slots=True)

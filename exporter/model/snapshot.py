@@ -129,6 +129,9 @@ class GpuAllocation:
     pod: str
     container: str
     claim: str = ""  # the DRA ResourceClaim that gave it, "" for device plugin allocations
+    # the device plugin resource it was allocated as (nvidia.com/gpu, nvidia.com/mig-1g.10gb):
+    # what a GPU-hour price per resource applies to; "" for DRA claims (no resource name)
+    resource: str = ""
 
 
 @dataclass(frozen=True)

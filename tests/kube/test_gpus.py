@@ -76,18 +76,37 @@ ASSIGNED = [
 def test_allocation_rows_without_nvml() -> None:
     rows = gpu_allocations(ASSIGNED)
     assert rows == (
-        GpuAllocation("", "", "", MIG, "ml", "notebook", "jupyter"),
-        GpuAllocation("", G1, "", "", "ml", "trainer-0", "trainer"),
-        GpuAllocation("", G0, "", "", "ml", "infer-a", "server"),
-        GpuAllocation("", G0, "", "", "ml", "trainer-0", "trainer"),  # one row for both replicas
+        GpuAllocation(
+            "", "", "", MIG, "ml", "notebook", "jupyter", resource="nvidia.com/mig-1g.10gb"
+        ),
+        GpuAllocation(
+            "", G1, "", "", "ml", "trainer-0", "trainer", resource="nvidia.com/gpu.shared"
+        ),
+        GpuAllocation("", G0, "", "", "ml", "infer-a", "server", resource="nvidia.com/gpu"),
+        # one row for both replicas
+        GpuAllocation("", G0, "", "", "ml", "trainer-0", "trainer", resource="nvidia.com/gpu"),
     )
 
 
 def test_allocation_rows_with_nvml_fill_index_and_mig_parent() -> None:
     rows = gpu_allocations(ASSIGNED, NVML)
-    assert GpuAllocation("1", G1, "7", MIG, "ml", "notebook", "jupyter") in rows
-    assert GpuAllocation("0", G0, "", "", "ml", "infer-a", "server") in rows
+    mig = "nvidia.com/mig-1g.10gb"
+    assert GpuAllocation("1", G1, "7", MIG, "ml", "notebook", "jupyter", resource=mig) in rows
+    whole = "nvidia.com/gpu"
+    assert GpuAllocation("0", G0, "", "", "ml", "infer-a", "server", resource=whole) in rows
     assert len(rows) == 4
+
+
+def test_a_device_held_through_two_resources_is_one_row_naming_both() -> None:
+    # one series per device and holder (GPU hours counted once), whatever resources gave it
+    rows = gpu_allocations(
+        [
+            A("infer-a", "server", "nvidia.com/gpu.shared", f"{G0}::1"),
+            A("infer-a", "server", "nvidia.com/gpu", f"{G0}::3"),
+        ]
+    )
+    both = "nvidia.com/gpu,nvidia.com/gpu.shared"
+    assert rows == (GpuAllocation("", G0, "", "", "ml", "infer-a", "server", resource=both),)
 
 
 def test_holders() -> None:

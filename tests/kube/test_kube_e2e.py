@@ -117,7 +117,13 @@ def test_kubelet_names_pod_info_and_gpu_allocations(
         assert shared == [("infer-a", "server"), ("trainer-0", "trainer")]  # a time-sliced GPU
         mig = [r for r in alloc if r.get("mig_device") == MIG]
         assert mig == [  # no NVML on this host: the MIG device's parent GPU is not known
-            {"mig_device": MIG, "namespace": "ml", "pod": "notebook", "container": "jupyter"}
+            {
+                "mig_device": MIG,
+                "namespace": "ml",
+                "pod": "notebook",
+                "container": "jupyter",
+                "resource": "nvidia.com/mig-1g.10gb",  # what a price per resource applies to
+            }
         ]
         assert len(alloc) == 3  # the NIC is not a GPU
         assert all(v == 1 for (n, _l), v in samples.items() if n.endswith("_info"))

@@ -26,6 +26,8 @@ from tests.support.wait import eventually
 
 GPU0 = "GPU-8f2c1d90-3e5a-4b17-9c2e-5da9abb51763"
 MIG = "MIG-4f1c9a55-0e2b-5b7a-9d1c-33aa7c2e1f08"
+MIG_RESOURCE = "nvidia.com/mig-1g.10gb"
+WHOLE = "nvidia.com/gpu"
 TRAINER = "b1" * 32
 SERVER = "b2" * 32
 JUPYTER = "b3" * 32
@@ -176,9 +178,9 @@ def test_gpu_holders_and_allocation_rows(kubelet: FakePodResources) -> None:
         parent = "GPU-1b0e77c4-9d31-4f55-8a06-2c1e4f7d9b20"
         assert kube.gpu_holders(parent) == ()  # the MIG parent is unknown without NVML
         assert kube.gpu_allocations() == (
-            GpuAllocation("", "", "", MIG, "ml", "notebook", "jupyter"),
-            GpuAllocation("", GPU0, "", "", "ml", "infer-a", "server"),
-            GpuAllocation("", GPU0, "", "", "ml", "trainer-0", "trainer"),
+            GpuAllocation("", "", "", MIG, "ml", "notebook", "jupyter", resource=MIG_RESOURCE),
+            GpuAllocation("", GPU0, "", "", "ml", "infer-a", "server", resource=WHOLE),
+            GpuAllocation("", GPU0, "", "", "ml", "trainer-0", "trainer", resource=WHOLE),
         )
         directory[0] = GpuDirectory(
             index_by_uuid={GPU0: "0", parent: "1"},
@@ -186,9 +188,8 @@ def test_gpu_holders_and_allocation_rows(kubelet: FakePodResources) -> None:
             instance_by_mig_uuid={MIG: "2"},
         )
         assert kube.gpu_holders(parent) == (jupyter,)
-        assert GpuAllocation("1", parent, "2", MIG, "ml", "notebook", "jupyter") in (
-            kube.gpu_allocations()
-        )
+        held = GpuAllocation("1", parent, "2", MIG, "ml", "notebook", "jupyter", "", MIG_RESOURCE)
+        assert held in kube.gpu_allocations()
         store.replace([])  # the pods were deleted: their names stay for the retention window
         assert len(kube.gpu_holders(GPU0)) == 2
     finally:

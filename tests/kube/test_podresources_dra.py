@@ -266,7 +266,10 @@ def test_volcano_placeholders_follow_the_pods_annotation(
         store=store, pod_source=None, podresources=poller, gpu_directory=lambda: directory(root)
     )
     try:
-        assert kube.gpu_allocations() == (GpuAllocation("1", GPU1, "", "", "ml", "svc-b", "main"),)
+        number = "volcano.sh/vgpu-number"  # vgpu-memory is no GPU resource by default
+        assert kube.gpu_allocations() == (
+            GpuAllocation("1", GPU1, "", "", "ml", "svc-b", "main", resource=number),
+        )
         assert kube.gpu_holders(GPU1) == (
             ContainerRef(container_id=CIDS["svc-b"], pod_uid=UIDS["svc-b"]),
         )

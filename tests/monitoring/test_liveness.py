@@ -31,6 +31,7 @@ from alerts.generate import RULES_FILE
 from dashboards.generate import DASHBOARDS_DIR
 from tests.sources.gpu.nvml.pods import POD_A, POD_B
 from tests.support import liveebpf
+from tests.support.livefactors import MIG_1G_PRICE
 from tests.support.livegpus import APP_FAULT, BUSY_GPU, CRITICAL, HOT_GPU, HOTTER_GPU, OFF_THE_BUS
 from tests.support.livekube import (
     GPU_NAMESPACE,
@@ -769,16 +770,28 @@ def test_showback_rules_price_the_live_fleet_by_its_factors(stack: LiveStack) ->
     facility = by("node:wattprobe_node_facility_energy_kwh:increase1h", "node")
     assert set(carbon) == {("gpu",), ("measured",)}
     assert carbon[("gpu",)] == pytest.approx(facility[("gpu",)] * 350, rel=1e-9)
-    # GPU allocation: the H100s by their model's price; idle waste only for the idle GPU's pod
-    gpu_cost = by("namespace_pod:wattprobe_gpu_allocation_cost:increase1h", "node", "pod", "gpu")
-    hours = by("namespace_pod:wattprobe_gpu_allocation_hours:increase1h", "node", "pod", "gpu")
-    assert {k[0] for k in gpu_cost} == {"gpu"}  # the A100 is in MIG mode: not priced
+    # GPU allocation: the H100s by their model's price; the A100's MIG devices (sensorless, in
+    # MIG mode) by their resource's price (1g.5gb), else at their share of the GPU's 1.0 USD
+    # (mig-3g-0 holds a 3g.20gb: 3/7); idle waste only for the idle GPU's pod
+    keys = ("node", "pod", "gpu", "mig_device")
+    gpu_cost = by("namespace_pod:wattprobe_gpu_allocation_cost:increase1h", *keys)
+    hours = by("namespace_pod:wattprobe_gpu_allocation_hours:increase1h", *keys)
+    assert {k[0] for k in gpu_cost} == {"gpu", "sensorless"}
+    mig_pods = {pod_name(p) for p in MIG_HOLDERS.values()}
+    assert {k[1] for k in gpu_cost if k[0] == "sensorless"} == mig_pods
     for key, value in gpu_cost.items():
-        assert value == pytest.approx(hours[key] * 2.5, rel=1e-9)
+        node, pod = key[:2]
+        if node == "gpu":
+            price = 2.5
+        elif pod.startswith("mig-1g"):
+            price = MIG_1G_PRICE
+        else:
+            price = 1.0 * int(pod.split("-")[1].removesuffix("g")) / 7
+        assert value == pytest.approx(hours[key] * price, rel=1e-9), key
     waste = by("namespace_pod:wattprobe_gpu_idle_waste_cost:increase1h", "node", "pod", "gpu")
     assert set(waste) == {("gpu", pod_name(POD_IDLE), str(IDLE_GPU))}
     assert (
         0
         < waste[("gpu", pod_name(POD_IDLE), str(IDLE_GPU))]
-        <= gpu_cost[("gpu", pod_name(POD_IDLE), str(IDLE_GPU))]
+        <= gpu_cost[("gpu", pod_name(POD_IDLE), str(IDLE_GPU), "")]
     )

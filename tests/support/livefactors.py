@@ -4,7 +4,8 @@ fleet has:
 - gpu:        PUE, EUR, carbon, a price for its GPU model (the H100s; GPU 4 held and idle);
 - measured:   PUE, USD (a second currency, never added to EUR), carbon, no GPU;
 - sensorless: USD without PUE or carbon (cost from IT energy, no carbon); a price for resource
-              nvidia.com/gpu (its A100 is in MIG mode: MIG devices are not priced);
+              nvidia.com/gpu and one for nvidia.com/mig-1g.5gb (its A100 is in MIG mode: the
+              1g.5gb device by its resource's price, the others at their share of the GPU's);
 - broken and the eBPF node: nothing (no cost, no facility energy, no carbon for them).
 """
 
@@ -16,6 +17,8 @@ from typing import Any
 import yaml
 
 H100_MODEL = "NVIDIA H100 80GB HBM3"  # tests/fixtures/nvml/h100x8-timesliced.nvml
+MIG_1G_RESOURCE = "nvidia.com/mig-1g.5gb"  # tests/fixtures/nvml/a100-mig.nvml's smallest
+MIG_1G_PRICE = 0.2
 
 NODE_FACTORS: dict[str, dict[str, Any]] = {
     "gpu": {
@@ -29,7 +32,10 @@ NODE_FACTORS: dict[str, dict[str, Any]] = {
     "sensorless": {
         "energy_price": 0.3,
         "currency": "USD",
-        "gpu_hour_prices": [{"resource": "nvidia.com/gpu", "price": 1.0}],
+        "gpu_hour_prices": [
+            {"resource": "nvidia.com/gpu", "price": 1.0},
+            {"resource": MIG_1G_RESOURCE, "price": MIG_1G_PRICE},
+        ],
     },
 }
 

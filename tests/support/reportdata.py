@@ -23,6 +23,8 @@ DAYS = 3
 STEP_S = 60
 H100 = "NVIDIA H100 80GB HBM3"
 U0, U1 = "GPU-0000aaaa-0000-0000-0000-000000000000", "GPU-1111bbbb-1111-1111-1111-111111111111"
+U2 = "GPU-2222cccc-2222-2222-2222-222222222222"  # in MIG mode
+MIG_1G = "nvidia.com/mig-1g.10gb"
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -200,17 +202,37 @@ def fleet() -> list[Series]:
             pod="a2",
             container="sidecar",
         ),
-        # a MIG device on GPU 0: not counted nor priced (its profile is not known here)
+        # GPU 2 is in MIG mode (no energy, no utilization here): alpha's a5 holds a 1g.10gb
+        # device priced by its resource, a6 a 3g.40gb priced at 3/7 of the H100's price
+        gauge("wattprobe_gpu_info", "a", 1, gpu="2", uuid=U2, model=H100, mig_mode="enabled"),
+        gauge("wattprobe_gpu_hour_price", "a", 0.5, currency="EUR", model="", resource=MIG_1G),
+        gauge("wattprobe_gpu_mig_slice_ratio", "a", 1 / 7, gpu="2", uuid=U2, gpu_instance="9"),
+        gauge("wattprobe_gpu_mig_slice_ratio", "a", 3 / 7, gpu="2", uuid=U2, gpu_instance="1"),
         gauge(
             "wattprobe_gpu_allocation_info",
             "a",
             1,
-            gpu="0",
-            uuid=U0,
+            gpu="2",
+            uuid=U2,
+            gpu_instance="9",
+            mig_device="MIG-1g.10gb-0",
             namespace="alpha",
             pod="a5",
             container="infer",
-            mig_device="MIG-1g.10gb-0",
+            resource=MIG_1G,
+        ),
+        gauge(
+            "wattprobe_gpu_allocation_info",
+            "a",
+            1,
+            gpu="2",
+            uuid=U2,
+            gpu_instance="1",
+            mig_device="MIG-3g.40gb-0",
+            namespace="alpha",
+            pod="a6",
+            container="train",
+            resource="nvidia.com/mig-3g.40gb",
         ),
         gauge(
             "wattprobe_gpu_allocation_info",

@@ -4,16 +4,31 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from fractions import Fraction
+from typing import NamedTuple
 
 J_PER_KWH = Fraction(3_600_000)
 NODE_ROW = "(node)"  # what stays on the node: not a namespace
 GPU_ZONE = "gpu"
-# a GPU priced by its model first; else by the device plugin's resource for a whole GPU
+# a GPU priced by its model first; else by the device plugin's resource for a whole GPU (also
+# what the NVIDIA device plugin's single MIG strategy names MIG devices: never a slice's price)
 WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
+# a MIG share is n/7 or n/4 (wattprobe_gpu_mig_slice_ratio): read back exactly from its float
+MAX_SHARE_DENOMINATOR = 64
 ZERO = Fraction(0)
+
+
+class Held(NamedTuple):
+    """What a namespace held on a node: a whole GPU (gpu_instance and mig_device "") or a MIG
+    device on it."""
+
+    node: str
+    namespace: str
+    uuid: str
+    gpu_instance: str = ""
+    mig_device: str = ""
 
 
 @dataclass(frozen=True)
@@ -36,10 +51,14 @@ class Chunk:
     pue: Mapping[str, Fraction]
     carbon: Mapping[str, Fraction]  # gCO2e per kWh
     price: Mapping[str, Mapping[str, Fraction]]  # node -> currency -> price per kWh
-    gpu_minutes: Mapping[tuple[str, str, str], Fraction]  # (node, namespace, uuid)
-    idle_minutes: Mapping[tuple[str, str, str], Fraction]
+    gpu_minutes: Mapping[Held, Fraction]
+    idle_minutes: Mapping[tuple[str, str, str], Fraction]  # (node, namespace, uuid): whole GPUs
     gpu_model: Mapping[tuple[str, str], str]  # (node, uuid)
     gpu_prices: Mapping[str, tuple[GpuPrice, ...]]
+    # (node, uuid, mig_device) -> the resource a MIG device was allocated as
+    mig_resource: Mapping[tuple[str, str, str], str] = field(default_factory=dict)
+    # (node, uuid, gpu_instance) -> the MIG GPU instance's share of its GPU
+    mig_share: Mapping[tuple[str, str, str], Fraction] = field(default_factory=dict)
 
     def node_energy(self, node: str) -> Fraction:
         """The node's IT energy: its zone kinds split among workloads, plus its GPUs."""

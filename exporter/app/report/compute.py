@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from fractions import Fraction
 
-from exporter.app.report.chunk import J_PER_KWH, NODE_ROW, WHOLE_GPU_RESOURCE, ZERO, Chunk
+from exporter.app.report.chunk import J_PER_KWH, NODE_ROW, WHOLE_GPU_RESOURCE, ZERO, Chunk, Held
 
 
 def _add(
@@ -73,6 +73,25 @@ def gpu_price(chunk: Chunk, node: str, uuid: str) -> dict[str, Fraction]:
     return {p.currency: p.per_hour for p in entries if p.resource == WHOLE_GPU_RESOURCE}
 
 
+def device_price(chunk: Chunk, held: Held) -> dict[str, Fraction]:
+    """What a namespace pays per hour for what it held: a whole GPU its gpu_price; a MIG device
+    the entry for the resource it was allocated as (not nvidia.com/gpu: that is the whole GPU's
+    price), else its GPU's price times its GPU instance's share; {} where neither is known (as
+    the showback rules, docs/showback.md)."""
+    if not held.mig_device:
+        return gpu_price(chunk, held.node, held.uuid)
+    resource = chunk.mig_resource.get((held.node, held.uuid, held.mig_device), "")
+    entries = chunk.gpu_prices.get(held.node, ())
+    if resource and resource != WHOLE_GPU_RESOURCE:
+        by_resource = {p.currency: p.per_hour for p in entries if p.resource == resource}
+        if by_resource:
+            return by_resource
+    share = chunk.mig_share.get((held.node, held.uuid, held.gpu_instance))
+    if share is None:
+        return {}
+    return {c: p * share for c, p in gpu_price(chunk, held.node, held.uuid).items()}
+
+
 def _energy_into(
     row: Row, chunk: Chunk, node: str, joules: Fraction, missing: dict[str, set[str]]
 ) -> None:
@@ -120,20 +139,19 @@ def compute(chunks: Iterable[Chunk]) -> Report:
             for namespace, joules in pods.items():
                 _energy_into(row(namespace), chunk, node, joules, missing)
                 daily[chunk.day][namespace] += joules
-        for kind, table in (("gpu", chunk.gpu_minutes), ("idle", chunk.idle_minutes)):
-            for (node, namespace, uuid), minutes in table.items():
-                r = row(namespace)
-                hours = minutes / 60
-                price = gpu_price(chunk, node, uuid)
-                if kind == "gpu":
-                    r.gpu_hours += hours
-                    _add(r.gpu_cost, price, hours)
-                    if not price:
-                        r.unpriced_gpu_hours += hours
-                        missing["GPU-hour price"].add(f"{node} GPU {uuid}")
-                else:
-                    r.idle_gpu_hours += hours
-                    _add(r.idle_gpu_cost, price, hours)
+        for held, minutes in chunk.gpu_minutes.items():
+            r, hours = row(held.namespace), minutes / 60
+            price = device_price(chunk, held)
+            r.gpu_hours += hours
+            _add(r.gpu_cost, price, hours)
+            if not price:
+                r.unpriced_gpu_hours += hours
+                what = f" MIG device {held.mig_device}" if held.mig_device else ""
+                missing["GPU-hour price"].add(f"{held.node} GPU {held.uuid}{what}")
+        for (node, namespace, uuid), minutes in chunk.idle_minutes.items():
+            r, hours = row(namespace), minutes / 60
+            r.idle_gpu_hours += hours
+            _add(r.idle_gpu_cost, gpu_price(chunk, node, uuid), hours)
     for what, nodes in sorted(missing.items()):
         notes.append(f"no {what} for {', '.join(sorted(nodes))}" + _consequence(what))
     ordered = sorted(

@@ -27,6 +27,8 @@ NAMED = (
     "gpu_hour_price",
     "gpu_minutes",
     "idle_gpu_minutes",
+    "mig_resources",
+    "mig_shares",
 )
 
 

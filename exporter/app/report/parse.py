@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from datetime import date
 from fractions import Fraction
 
-from exporter.app.report.chunk import ZERO, Chunk, GpuPrice
+from exporter.app.report.chunk import MAX_SHARE_DENOMINATOR, ZERO, Chunk, GpuPrice, Held
 from exporter.app.report.query import Sample
 
 
@@ -83,8 +83,23 @@ def parse_chunk(day: date, raw: Mapping[str, list[Sample]]) -> Chunk:
         pue=_by1(answers["pue"], "node"),
         carbon=_by1(answers["carbon"], "node"),
         price=weighted_prices(answers["energy_price"], answers["energy_price_samples"]),
-        gpu_minutes=_by3(answers["gpu_minutes"], "node", "namespace", "uuid"),
+        gpu_minutes={
+            Held(*k): v
+            for k, v in _by(
+                answers["gpu_minutes"], "node", "namespace", "uuid", "gpu_instance", "mig_device"
+            ).items()
+        },
         idle_minutes=_by3(answers["idle_gpu_minutes"], "node", "namespace", "uuid"),
         gpu_model={(n, u): m for n, u, m in _by(answers["gpu_models"], "node", "uuid", "model")},
         gpu_prices={n: tuple(p) for n, p in gpu_prices.items()},
+        mig_resource={
+            (s.labels.get("node", ""), s.labels.get("uuid", ""), s.labels.get("mig_device", "")): (
+                s.labels.get("resource", "")
+            )
+            for s in answers["mig_resources"]
+        },
+        mig_share={
+            (n, u, g): v.limit_denominator(MAX_SHARE_DENOMINATOR)
+            for (n, u, g), v in _by(answers["mig_shares"], "node", "uuid", "gpu_instance").items()
+        },
     )

@@ -12,6 +12,7 @@ STEP = "1m"  # GPU hours are counted minute by minute
 STEP_MS = 60_000
 PRICE = "wattprobe_energy_price_per_kwh"
 IDLE_UTILIZATION = "0.01"  # the WattprobeGpuIdleWhileAllocated alert's threshold
+DEVICE = "gpu_instance, mig_device"  # which MIG device of the GPU ("" for the whole GPU)
 
 
 def node_matcher(nodes: list[str]) -> str:
@@ -87,25 +88,44 @@ class Queries:
             f"(avg_over_time(wattprobe_gpu_hour_price{self._sel()}{self._range}))"
         )
 
-    def _allocations(self) -> str:
-        # a pod holds a GPU once however many of its containers share it; MIG devices are left
-        # out (as in the showback rules): the allocation does not name the MIG profile, and a
-        # whole GPU's price would overbill a slice
-        by = "cluster, node, namespace, pod, uuid"
-        whole = self._sel('uuid!=""', 'mig_device=""')
-        return f"max by ({by}) (wattprobe_gpu_allocation_info{whole})"
+    def _allocations(self, *matchers: str, by: str = "") -> str:
+        # a pod holds a GPU (or MIG device) once however many of its containers share it
+        labels = ", ".join(x for x in ("cluster, node, namespace, pod, uuid", by) if x)
+        held = self._sel('uuid!=""', *matchers)
+        return f"max by ({labels}) (wattprobe_gpu_allocation_info{held})"
 
     def gpu_minutes(self) -> str:
-        """Minutes each (node, namespace, GPU) was allocated, once per pod holding it."""
-        held = self._allocations()
-        return f"sum by (cluster, node, namespace, uuid) (count_over_time(({held}){self._minutes}))"
+        """Minutes each (node, namespace, GPU or MIG device) was allocated, once per pod
+        holding it."""
+        held = self._allocations(by=DEVICE)
+        by = f"cluster, node, namespace, uuid, {DEVICE}"
+        return f"sum by ({by}) (count_over_time(({held}){self._minutes}))"
+
+    def mig_resources(self) -> str:
+        """The resource each MIG device was allocated as (its price per resource)."""
+        held = self._sel('uuid!=""', 'mig_device!=""', 'resource!=""')
+        return (
+            "max by (cluster, node, uuid, mig_device, resource) "
+            f"(last_over_time(wattprobe_gpu_allocation_info{held}{self._range}))"
+        )
+
+    def mig_shares(self) -> str:
+        """Each MIG GPU instance's share of its GPU (its price from the GPU's)."""
+        return self._over(
+            "cluster, node, uuid, gpu_instance",
+            "max",
+            "last_over_time",
+            "wattprobe_gpu_mig_slice_ratio",
+        )
 
     def idle_gpu_minutes(self) -> str:
         """Minutes of allocation while WattprobeGpuIdleWhileAllocated's condition had held for
         its `for`: allocated, at most 1% busy over 5 minutes, at every minute of the last
         idle_for."""
+        # whole GPUs only: NVML reports no utilization in MIG mode (as the showback rules)
+        whole = self._allocations('mig_device=""')
         idle = (
-            f"{self._allocations()} * on (uuid) group_left () "
+            f"{whole} * on (uuid) group_left () "
             f"(max by (uuid) (max_over_time(wattprobe_gpu_utilization_ratio{self._sel()}[5m])) "
             f"< {IDLE_UTILIZATION})"
         )

@@ -24,6 +24,9 @@ GPUs: alpha holds GPU 0 (50% busy), beta GPU 1 (never busy), both the whole 48 h
 idle condition held at each of the hour's 60 minute points; the data starts 2025-03-01 00:00, so
 the first such minute is 00:59 and day one has 1440 - 58 = 1382, day two 1440: 2822 min =
 47.0333 h, x 2.5 = 117.5833 EUR.
+MIG devices on node a's GPU 2 (MIG mode), both held by alpha the whole 48 h: a 1g.10gb at its
+resource's 0.5 EUR/h (24 EUR) and a 3g.40gb at 3/7 of the H100's 2.5 EUR/h (48 x 2.5 x 3/7 =
+51.4286 EUR): alpha 144 GPU-hours, 120 + 24 + 51.4286 = 195.4286 EUR.
 """
 
 from __future__ import annotations
@@ -49,11 +52,11 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 PERIOD = "2025-03-01..2025-03-02"
 EXPECTED_CSV = """\
 namespace,kwh,facility_kwh,cost_EUR,carbon_kg,unpriced_kwh,gpu_hours,gpu_cost_EUR,idle_gpu_hours,idle_gpu_cost_EUR,unpriced_gpu_hours
-alpha,11.280000,16.440000,3.0960,4.644000,0.960000,48.0000,120.0000,0.0000,0.0000,0.0000
+alpha,11.280000,16.440000,3.0960,4.644000,0.960000,144.0000,195.4286,0.0000,0.0000,0.0000
 beta,4.800000,6.768000,1.5264,1.684800,0.000000,48.0000,120.0000,47.0333,117.5833,0.0000
 gamma,0.576000,0.691200,0.2074,0.069120,0.000000,0.0000,0.0000,0.0000,0.0000,0.0000
 (node),12.624000,17.380800,3.5222,4.114080,1.440000,0.0000,0.0000,0.0000,0.0000,0.0000
-(total),29.280000,41.280000,8.3520,10.512000,2.400000,96.0000,240.0000,47.0333,117.5833,0.0000
+(total),29.280000,41.280000,8.3520,10.512000,2.400000,192.0000,315.4286,47.0333,117.5833,0.0000
 """
 
 

@@ -4,6 +4,9 @@ distributions' packages, built in a temporary directory."""
 
 from __future__ import annotations
 
+import os
+import threading
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
@@ -231,3 +234,26 @@ def test_running_arm64_kernel_headers(tmp_path: Path) -> None:
     full_tree(tmp_path / "lib/modules" / RUNNING_RELEASE / "build", RUNNING_RELEASE, "arm64")
     h = find(tmp_path, machine="aarch64")
     assert h.origin == RUNNING and h.native and h.arch == "arm64"
+
+
+def test_fifos_in_a_header_tree_do_not_hang_discovery(tmp_path: Path) -> None:
+    """A FIFO in place of the build dir's Makefile or utsrelease.h (a hostile or broken node)
+    is an unreadable file, not a start-up that waits for a writer forever: the Makefile's
+    include is then not followed (Debian's -common sibling is still found by name) and the
+    release is unknown."""
+    build, common = debian_pair(tmp_path / "usr/src", "6.1.0-56")
+    for name in ("Makefile", "include/generated/utsrelease.h"):
+        (build / name).unlink()
+        os.mkfifo(build / name)
+    result: list[KernelHeaders] = []
+    finder = threading.Thread(target=lambda: result.append(find(tmp_path)), daemon=True)
+    finder.start()
+    finder.join(timeout=20)
+    if finder.is_alive():
+        # unblock the reader (a writer opening the FIFO) before failing, so the run goes on
+        for name in ("Makefile", "include/generated/utsrelease.h"):
+            with suppress(OSError):
+                os.close(os.open(build / name, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("header discovery blocked on a FIFO")
+    (h,) = result
+    assert (h.origin, h.source, h.build, h.release) == (GENERIC, common, build, "")

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.host.hostfile import read_text_bounded
 from exporter.model.readings import SourceError
 
 NO_HEADERS = "no kernel headers"
@@ -41,6 +42,10 @@ _AUTOCONF = Path("include/generated/autoconf.h")
 _UTSRELEASE = Path("include/generated/utsrelease.h")
 _MAKEFILE_INCLUDE = re.compile(r"^include\s+(\S+)/Makefile\s*$", re.MULTILINE)
 _VERSION_PART = re.compile(r"\d+|[^\d]+")
+# the two files read here (a build dir's Makefile: ~2 KiB on Debian, ~70 KiB in a full tree;
+# utsrelease.h: one line) through the non-blocking reader, so a FIFO or a huge file in a
+# header tree costs a bounded read at start-up, never a hang
+_MAX_HEADER_FILE = 1 << 20
 
 # uname -m -> the kernel's arch directory name (bcc's kbuild_helper mapping)
 _KERNEL_ARCH = (
@@ -194,7 +199,7 @@ def _modules_tree(path: Path, arch: str) -> tuple[Path, Path | None] | None:
 def _split_source(build: Path) -> Path | None:
     """The plain-header tree a Debian/Ubuntu build dir refers to."""
     try:
-        makefile = (build / "Makefile").read_text(errors="replace")
+        makefile = read_text_bounded(str(build / "Makefile"), _MAX_HEADER_FILE)
     except OSError:
         makefile = ""
     candidates = [Path(m) for m in _MAKEFILE_INCLUDE.findall(makefile)]
@@ -230,7 +235,7 @@ def _version_key(name: str) -> tuple[tuple[int, int | str], ...]:
 
 def _release(tree: Path) -> str:
     try:
-        text = (tree / _UTSRELEASE).read_text()
+        text = read_text_bounded(str(tree / _UTSRELEASE), _MAX_HEADER_FILE)
     except OSError:
         return ""
     match = re.search(r'UTS_RELEASE\s+"([^"]*)"', text)

@@ -259,6 +259,17 @@ def test_mig_instances_and_pods(
         )
         for m in range(4)
     }
+    # each GPU instance's share of the A100's 7 compute slices, from its profile's "<N>g."
+    shares = {
+        dict(k)["gpu_instance"]: v
+        for k, v in select(samples, "wattprobe_gpu_mig_slice_ratio", **ids).items()
+    }
+    assert shares == {
+        mig[f"gpu.0.mig.{m}.gi"]: pytest.approx(
+            int(mig[f"gpu.0.mig.{m}.name"].split("MIG ")[1].split("g.")[0]) / 7
+        )
+        for m in range(4)
+    }
     for m in range(4):
         gi = mig[f"gpu.0.mig.{m}.gi"]
         labels = {**ids, "gpu_instance": gi, "compute_instance": "0"}

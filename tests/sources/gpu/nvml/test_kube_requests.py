@@ -166,6 +166,7 @@ def test_mig_devices_map_to_their_pods_with_nvml(
                 "namespace": "ml",
                 "pod": "mig-2g",
                 "container": "trainer",
+                "resource": "nvidia.com/mig-2g.10gb",
             },
             {
                 "gpu": "0",
@@ -175,6 +176,7 @@ def test_mig_devices_map_to_their_pods_with_nvml(
                 "namespace": "ml",
                 "pod": "mig-3g",
                 "container": "trainer",
+                "resource": "nvidia.com/mig-3g.20gb",
             },
         ]
         before = settle(proc)
