@@ -73,16 +73,18 @@ def workload_zones(
         found = by_source.get(source)
         if not found:
             continue
-        # a measured source decides with the kinds filled beside it, but only within a group it
-        # measures itself: RAPL's (package, dram) takes the estimate's dram beside its package;
-        # psys (which holds memory already) takes none
+        # a measured source decides with the kinds filled beside it, but only in a group that
+        # names them: RAPL's (package, dram) takes the estimate's dram beside its package; psys
+        # (platform power, memory included) takes none, and neither does hwmon's every-sensor
+        # group, whose sensors may be whole-board rails (an ACPI power_meter, a board's input
+        # rail) that hold memory already: there the estimate shows on the node, not split
         extra = set() if source in fill_labels else filled
         for group in groups:
             own = [z for z in found if ALL_ZONES in group or z in group]
             if not own:
                 continue
             if ALL_ZONES in group:
-                return tuple(sorted(found | extra))
+                return tuple(sorted(found))
             return tuple(z for z in group if z in found or z in extra)
         return ()  # this source decides even when none of its kinds is measured
     return ()
