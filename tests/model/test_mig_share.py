@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from exporter.model.gpu_readings import MigInstanceReading
 
@@ -30,3 +32,28 @@ def mig(name: str) -> MigInstanceReading:
 )
 def test_slice_ratio(name: str, share: float | None) -> None:
     assert mig(name).slice_ratio == (None if share is None else pytest.approx(share))
+
+
+@settings(deadline=None, max_examples=300)
+@given(name=st.text(max_size=80))
+def test_any_name_gives_no_share_or_a_fraction_of_the_gpu(name: str) -> None:
+    """NVML's names are the driver's text: whatever it says, a share is None or in (0, 1]
+    (a price from a share never exceeds the whole GPU's)."""
+    share = mig(name).slice_ratio
+    assert share is None or 0 < share <= 1
+
+
+@settings(deadline=None, max_examples=200)
+@given(
+    gpu=st.text(st.characters(codec="ascii", categories=("L", "N", "Zs")), max_size=30).filter(
+        lambda g: "A30" not in g and "MIG" not in g
+    ),
+    slices=st.integers(1, 7),
+    memory=st.integers(1, 192),
+    media=st.booleans(),
+)
+def test_a_profile_after_any_gpu_name_is_its_slices_over_seven(
+    gpu: str, slices: int, memory: int, media: bool
+) -> None:
+    name = f"{gpu} MIG {slices}g.{memory}gb{'+me' if media else ''}"
+    assert mig(name).slice_ratio == pytest.approx(slices / 7)
