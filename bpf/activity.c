@@ -1,31 +1,36 @@
-// wattprobe activity probes: on-CPU time, exited tasks and GPU ioctls per process and cgroup.
+// wattprobe activity probes: GPU ioctls and the process -> cgroup index by default; on-CPU time
+// per process on every context switch only with --collector.process.
 //
 // Tracepoint arguments and BPF helpers only, never kernel struct fields through the headers, so
-// any kernel headers compile this file. The one exception, the ioctl probe's walk from a file
-// descriptor to its device number, reads at offsets userspace takes from the running kernel's
-// BTF (exporter/sources/activity/ebpf/btf.py), never from the headers. Counters are cumulative; userspace
-// (exporter/sources/activity/ebpf/source.py) takes deltas.
+// any kernel headers compile this file. Kernel struct fields (the ioctl probe's walk from a file
+// descriptor to its device number, a task's runtime) are read at offsets userspace takes from the
+// running kernel's BTF (exporter/sources/activity/ebpf/btf.py), never from the headers. Counters
+// are cumulative; userspace (exporter/sources/activity/ebpf/source.py) takes deltas.
 //
-// sched_switch runs on every context switch, so it is a raw tracepoint where the kernel allows
-// it (5.18+, WATTPROBE_RAW_SWITCH): a classic tracepoint formats its arguments into a buffer
-// before the program runs. The raw one gets (preempt, prev, next, prev_state), prev and next as
-// task pointers, and reads no field of either: current is prev (helpers give its pid, tgid and
-// cgroup; the `seen` cache saves the pid helper), and next's thread id comes from `seen`, filled
-// when a task is switched out. Elsewhere the classic sched:sched_switch program (next_pid and
-// prev_state from its arguments) does the same job.
+// Two builds:
+//   default        no program on sched_switch. Per-container CPU time is what the kernel already
+//                  keeps per cgroup (cpu.stat usage_usec), read by userspace; these programs keep
+//                  what no file says cheaply: GPU ioctls per process (an entry made at a process's
+//                  first GPU ioctl, its cgroup kept current by exec and cgroup_attach_task, its
+//                  ioctls folded into its cgroup's exited total when it ends) and the paths of
+//                  new cgroups. Every hook fires on a rare event (exec, exit, a move, a mkdir) or
+//                  on an ioctl, where non-GPU commands return after one compare.
+//   WATTPROBE_PER_PROCESS (--collector.process) adds on-CPU time per process: a program on
+//                  sched_switch (a raw tracepoint where the kernel allows it, 5.18+,
+//                  WATTPROBE_RAW_SWITCH; else the classic one) adds each slice to its process,
+//                  and a cpu-clock perf event names the slice in flight once a second.
 //
 // Maps (all bounded; sizes come from userspace as -D flags):
 //   tasks    LRU hash, tgid -> task_val   cumulative work of a live process; after it exits the
 //                                         entry stays as a tombstone (dead_ns != 0) until
-//                                         userspace has read it and deletes it
-//   exited   LRU hash, cgroup id -> exited_val   work of exited processes, per cgroup v2 id;
-//                                         per-cgroup mode: also the live work of every process
-//                                         without its own entry (key 0: kernel threads)
-//   running  per-CPU array[1]              start and thread id of the slice now on each CPU,
-//                                         so userspace can count long-running slices in flight,
-//                                         and the GPU ioctls of that slice so far
+//                                         userspace has read it and deletes it. Default build:
+//                                         only processes that made a GPU ioctl have one.
+//   exited   LRU hash, cgroup id -> exited_val   work of exited processes, per cgroup v2 id
+//   running  per-CPU array[1]              (per-process build) start and thread id of the slice
+//                                         now on each CPU, so userspace can count long-running
+//                                         slices in flight, and the GPU ioctls of that slice
 //   seen     array, direct-mapped by task pointer -> pid_tgid of the task the last time it was
-//                                         switched out (raw sched_switch only)
+//                                         switched out (raw sched_switch with the clock only)
 //   stats    per-CPU array[N_STATS]        insert and loss counters (eviction accounting)
 //   cgroup_paths  LRU hash, cgroup id -> path of cgroups made since userspace last read it (it
 //                 deletes what it reads), so a cgroup removed before userspace walks the cgroup
@@ -37,19 +42,14 @@
 // takes it when it is made, and cgroup:cgroup_attach_task and sched:sched_process_exec keep it
 // current when a process moves. Without cgroup_attach_task, every event reads it.
 //
-// GPU ioctls are counted in the running slot of the CPU (no map lookup, no atomic: the slot is
-// this CPU's and programs do not preempt each other) and added to the process when its thread
-// leaves the CPU, in the same map update as its on-CPU time.
-//
 // Userspace passes: WATTPROBE_MAX_TASKS, WATTPROBE_MAX_CGROUPS, and optionally
-// WATTPROBE_RAW_SWITCH (attach sched_switch as a raw tracepoint; then WATTPROBE_SEEN_BITS too),
+// WATTPROBE_PER_PROCESS (the sched_switch program; then WATTPROBE_RAW_SWITCH to attach it as a
+// raw tracepoint, WATTPROBE_SEEN_BITS, and WATTPROBE_TASK_RUNTIME with its BTF offsets),
 // WATTPROBE_HAVE_GROUP_DEAD (sched_process_exit has a group_dead field: recent kernels, e.g. 6.18),
 // WATTPROBE_IOCTLS (syscalls:sys_enter_ioctl exists; then the WATTPROBE_OFF_* offsets from BTF),
 // WATTPROBE_EXEC (sched_process_exec exists),
 // WATTPROBE_CGROUP_ATTACH (cgroup:cgroup_attach_task with a 64-bit dst_id exists),
-// WATTPROBE_CGROUP_PATHS (cgroup:cgroup_mkdir exists),
-// WATTPROBE_PER_CGROUP (sum per cgroup; own entries only for processes that made a GPU ioctl;
-// then WATTPROBE_ROOT_CGROUP and WATTPROBE_OFF_TASK_FLAGS to tell kernel threads apart).
+// WATTPROBE_CGROUP_PATHS (cgroup:cgroup_mkdir exists).
 
 // GPU ioctls: _IOC type 'F' (0x46) on an NVIDIA character device (/dev/nvidia*), and type 'd'
 // (0x64) on a DRM one (/dev/dri/*). The type alone is not enough: framebuffer (FBIO*) ioctls
@@ -62,6 +62,7 @@
 // the tracepoint reports them since 4.14); used only to tell a dead task's last slice.
 #define STATE_EXITED 0x30
 
+// Userspace's copy: STATS in exporter/sources/activity/ebpf/source.py (a test compares them).
 enum stat_index {
     STAT_TASK_INSERTS,         // entries created in tasks (live or tombstone)
     STAT_TASK_INSERT_FAILS,    // no tasks entry could be made: the work went to exited instead
@@ -76,7 +77,7 @@ enum stat_index {
 struct task_val {
     u64 first_ns;   // boot-clock ns when the entry was made; (tgid, first_ns) names the entry
     u64 cgroup_id;  // cgroup v2 id at the last event
-    u64 on_cpu_ns;
+    u64 on_cpu_ns;  // per-process build only; 0 in the default build
     u64 ioctls[N_DRIVERS];
     u64 dead_ns;    // boot-clock ns of the exit that folded it; 0 while the process lives
     u64 folded_ns;  // what the fold moved into exited (on_cpu_ns may grow a little after it)
@@ -89,41 +90,9 @@ struct exited_val {
     u64 ioctls[N_DRIVERS];
 };
 
-struct slice {
-    // where the running task's slice started: its se.sum_exec_runtime when it was switched in
-    // (WATTPROBE_TASK_RUNTIME), else the monotonic clock then; 0 before the first switch
-    u64 start_ns;
-    u64 tid;       // thread id of that task (0: idle, or not known yet)
-    u64 ioctls[N_DRIVERS];  // GPU ioctls of the running task not yet added to its process
-    // per-cgroup mode: on-CPU ns of untracked tasks for exited-map key pending_key, not yet
-    // added to the map. Consecutive slices of one cgroup on a CPU (the common case: a busy
-    // container, a ping-pong inside one) then cost no hash look-up and no atomic; the sum moves
-    // to the map when a slice of another key ends here. Userspace adds what is pending.
-    u64 pending_key;
-    u64 pending_ns;
-    u64 task;  // WATTPROBE_TASK_RUNTIME: the task start_ns is the runtime of
-};
-
 BPF_TABLE("lru_hash", u32, struct task_val, tasks, WATTPROBE_MAX_TASKS);
 BPF_TABLE("lru_hash", u64, struct exited_val, exited, WATTPROBE_MAX_CGROUPS);
-BPF_PERCPU_ARRAY(running, struct slice, 1);
 BPF_PERCPU_ARRAY(stats, u64, N_STATS);
-
-// Per-cgroup mode with the raw sched_switch program: the `seen` slot of a task also caches the
-// exited-map key its slices go to, so a switch needs neither the cgroup helper nor, on kernels
-// where the root cgroup holds host processes, the PF_KTHREAD read. A cached key is valid while
-// `moves` (bumped by every cgroup v2 move) is what it was when the key was taken.
-#if defined(WATTPROBE_PER_CGROUP) && defined(WATTPROBE_RAW_SWITCH) && \
-    defined(WATTPROBE_CGROUP_ATTACH) && !defined(WATTPROBE_TASK_RUNTIME)
-#define CACHE_KEYS 1
-BPF_ARRAY(moves, u64, 1);
-#endif
-// the raw program's task cache (below): with the clock only, for next's thread and cached keys
-#if defined(WATTPROBE_RAW_SWITCH) && !defined(WATTPROBE_TASK_RUNTIME)
-#define SEEN_CACHE 1
-#endif
-#define KEY_UNKNOWN (~0ULL)       // no cached key: take the current one
-#define KEY_TRACKED (1ULL << 63)  // cached with the key: the process has its own entry
 
 static __always_inline void stat_add(int index, u64 n) {
     u32 key = index;
@@ -165,144 +134,19 @@ static __always_inline void add_exited(u64 cgroup_id, u64 ns, u64 nv, u64 drm) {
     add_work(&e->on_cpu_ns, e->ioctls, ns, nv, drm);
 }
 
-#ifdef WATTPROBE_PER_CGROUP
-#ifdef WATTPROBE_OFF_TASK_FLAGS
-#define PF_KTHREAD_ 0x00200000
-#endif
-// The exited-map key the current task's work is summed under: its cgroup v2 id, or 0 for a
-// kernel thread. Kernel threads sit in the root cgroup together with host processes (on hosts
-// without systemd); telling them apart costs one read of task->flags (offset from BTF), paid
-// only by tasks of the root cgroup. Without BTF the root cgroup's sum has both.
-static __always_inline u64 cgroup_key(void) {
-    u64 id = bpf_get_current_cgroup_id();
-#if defined(WATTPROBE_OFF_TASK_FLAGS) && defined(WATTPROBE_ROOT_CGROUP)
-    if (id == WATTPROBE_ROOT_CGROUP) {
-        u32 flags = 0;
-        if (bpf_probe_read_kernel(&flags, sizeof(flags),
-                                  (void *)(bpf_get_current_task() + WATTPROBE_OFF_TASK_FLAGS)) == 0 &&
-            (flags & PF_KTHREAD_))
-            return 0;
-    }
-#endif
-    return id;
-}
-#endif
-
-#if defined(WATTPROBE_PER_CGROUP) && defined(WATTPROBE_TASK_RUNTIME)
-// ns per cgroup not yet added to the exited map, per CPU, direct-mapped by the task's cgroup:
-// a switch adds to its cgroup's slot here (a per-CPU array look-up is inlined, and its lines stay
-// in this CPU's cache) instead of looking the cgroup up in the shared exited hash (~250 ns a
-// switch on a node switching between hundreds of cgroups). The slot is found by the cgroup's
-// serial number (task->cgroups->dfl_cgrp->self.serial_nr; the kernel never reuses one), and
-// the cgroup id (cgrp->kn->id, two more dependent loads) is read only when a slot is taken. A
-// slot taken by another cgroup first moves its sum to the exited map. Userspace adds what the
-// slots hold.
-#define PEND_SLOTS (1 << WATTPROBE_PEND_BITS)
-#define KTHREAD_TAG (1ULL << 63)  // serial numbers count cgroups made since boot: far below
-struct pend_slot {
-    u64 key;  // exited-map key: cgroup id, or 0 for kernel threads (first: userspace reads it)
-    u64 ns;
-    u64 tag;  // the cgroup's serial number, | KTHREAD_TAG for kernel threads summed apart
-};
-BPF_PERCPU_ARRAY(pending, struct pend_slot, PEND_SLOTS);
-
-#define PTR_AT(p, off) (*(u64 *)((char *)(p) + (off)))
-
-static __always_inline void pend(struct slice *s, u64 ns) {
-    // direct loads through the BTF task pointer: no helper call, a fault reads 0
-    struct task_struct *task = bpf_get_current_task_btf();
-    struct cgroup *cgrp = (struct cgroup *)PTR_AT(
-        PTR_AT(task, WATTPROBE_OFF_TASK_CGROUPS), WATTPROBE_OFF_CSS_SET_DFL_CGRP);
-    u64 tag = PTR_AT(cgrp, WATTPROBE_OFF_CGROUP_SERIAL);
-#if defined(WATTPROBE_OFF_TASK_FLAGS) && defined(WATTPROBE_ROOT_CGROUP)
-    u32 flags = *(u32 *)((char *)task + WATTPROBE_OFF_TASK_FLAGS);
-    if (flags & PF_KTHREAD_)
-        tag |= KTHREAD_TAG;
-#endif
-    u32 index = (tag * 0x9E3779B97F4A7C15ULL) >> (64 - WATTPROBE_PEND_BITS);
-    struct pend_slot *p = pending.lookup(&index);
-    if (p && p->tag == tag && p->ns) {
-        p->ns += ns;  // this CPU's slot: no other writer
-        return;
-    }
-    u64 key = PTR_AT(PTR_AT(cgrp, WATTPROBE_OFF_CGROUP_KN), WATTPROBE_OFF_KERNFS_ID);
-#if defined(WATTPROBE_OFF_TASK_FLAGS) && defined(WATTPROBE_ROOT_CGROUP)
-    if ((tag & KTHREAD_TAG) && key == WATTPROBE_ROOT_CGROUP)
-        key = 0;  // kernel threads of the root cgroup, apart from its processes
-#endif
-    if (!p) {
-        add_exited(key, ns, 0, 0);
-        return;
-    }
-    // the slot first, then the map: a reader (the map, then the slots) may miss the sum for
-    // one read, never see it twice
-    u64 old_key = p->key, old_ns = p->ns;
-    *(volatile u64 *)&p->ns = ns;
-    *(volatile u64 *)&p->key = key;
-    p->tag = tag;
-    if (old_ns)
-        add_exited(old_key, old_ns, 0, 0);
-}
-#elif defined(WATTPROBE_PER_CGROUP)
-// ns for exited-map key `key`, summed in this CPU's slot while consecutive slices have that key
-static __always_inline void pend(struct slice *s, u64 key, u64 ns) {
-    if (s->pending_key != key) {
-        // only this CPU writes its slot: plain stores; pending_ns last, so a reader that
-        // sees the new key with the old sum is caught by its second read (the slot moved)
-        if (s->pending_ns)
-            add_exited(s->pending_key, s->pending_ns, 0, 0);
-        s->pending_key = key;
-        s->pending_ns = ns;
-    } else {
-        s->pending_ns += ns;
-    }
-}
-#endif
-
-// Adds ns of CPU time and nv, drm GPU ioctls to the current process.
-//
-// Per-cgroup mode (WATTPROBE_PER_CGROUP, the default unless per-process metrics are wanted):
-// a process has its own entry only once it has made a GPU ioctl ("tracked": GPU attribution
-// needs its ioctls by PID). Everything else is summed per cgroup in the exited map, so
-// userspace reads one entry per busy cgroup instead of one per process. A slice goes to exactly
-// one of the two, so nothing is counted twice; a process's work before its first GPU ioctl
-// stays in its cgroup's sum.
-//
-// hint: the key cached for the task (KEY_TRACKED set if it had an entry), or KEY_UNKNOWN.
-// Returns 1 if the slice went to the process's own entry, 0 if not.
-static __always_inline int account(struct slice *s, u32 tgid, u64 ns, u64 nv, u64 drm,
-                                   bool exiting, u64 hint) {
-    struct task_val *v = NULL;
-#if defined(WATTPROBE_PER_CGROUP) && defined(WATTPROBE_TASK_RUNTIME)
-    // CPU time always goes to the cgroup's sum (nothing per switch tells a tracked process
-    // apart without a per-task look-up); a tracked process's own entry holds its GPU ioctls
-    if (ns)
-        pend(s, ns);
-    if (!(nv | drm))
-        return 0;
-    ns = 0;
-    v = tasks.lookup(&tgid);
-#elif defined(WATTPROBE_PER_CGROUP)
-#ifdef WATTPROBE_IOCTLS
-    // without the ioctl probe no process is ever tracked: no look-up by tgid at all; with it,
-    // none for a task known to have no entry, unless this slice made a GPU ioctl
-    if ((nv | drm) || (hint & KEY_TRACKED))
-        v = tasks.lookup(&tgid);
-#endif
-    if (!v && !(nv | drm)) {
-        pend(s, hint == KEY_UNKNOWN ? cgroup_key() : (hint & ~KEY_TRACKED), ns);
-        return 0;
-    }
-#else
-    v = tasks.lookup(&tgid);
-#endif
+// The live entry of process tgid, made if it has none (cgroup: the current one). NULL when the
+// process is gone from the map (a tombstone: its late work goes to its cgroup's exited total,
+// done here) or no entry could be made (the work goes there too).
+static __always_inline struct task_val *live_entry(u32 tgid, bool exiting, u64 ns, u64 nv,
+                                                   u64 drm) {
+    struct task_val *v = tasks.lookup(&tgid);
     if (!v) {
         u64 cgroup_id = bpf_get_current_cgroup_id();
         if (exiting) {
             // the last slice of a thread whose process is already gone from the map: do not
             // make an entry that nothing would ever remove
             add_exited(cgroup_id, ns, nv, drm);
-            return 0;
+            return NULL;
         }
         struct task_val init = {};
         init.first_ns = bpf_ktime_get_boot_ns();
@@ -313,7 +157,7 @@ static __always_inline int account(struct slice *s, u32 tgid, u64 ns, u64 nv, u6
         if (!v) {
             stat_add(STAT_TASK_INSERT_FAILS, 1);
             add_exited(cgroup_id, ns, nv, drm);
-            return 0;
+            return NULL;
         }
     }
     if (v->dead_ns) {
@@ -321,15 +165,38 @@ static __always_inline int account(struct slice *s, u32 tgid, u64 ns, u64 nv, u6
         // process that reused the tgid before userspace removed the tombstone: either way it
         // belongs to this cgroup's exited total
         add_exited(bpf_get_current_cgroup_id(), ns, nv, drm);
-        return 0;
+        return NULL;
     }
 #ifndef WATTPROBE_CGROUP_ATTACH
     u64 cgroup_id = bpf_get_current_cgroup_id();
     if (v->cgroup_id != cgroup_id)
         v->cgroup_id = cgroup_id;  // write only on change: the line is shared by all threads
 #endif
-    add_work(&v->on_cpu_ns, v->ioctls, ns, nv, drm);
-    return 1;
+    return v;
+}
+
+#ifdef WATTPROBE_PER_PROCESS
+struct slice {
+    // where the running task's slice started: its se.sum_exec_runtime when it was switched in
+    // (WATTPROBE_TASK_RUNTIME), else the monotonic clock then; 0 before the first switch
+    u64 start_ns;
+    u64 tid;       // thread id of that task (0: idle, or not known yet)
+    u64 ioctls[N_DRIVERS];  // GPU ioctls of the running task not yet added to its process
+    u64 task;  // WATTPROBE_TASK_RUNTIME: the task start_ns is the runtime of
+};
+
+BPF_PERCPU_ARRAY(running, struct slice, 1);
+
+// the raw program's task cache (below): with the clock only, for next's thread
+#if defined(WATTPROBE_RAW_SWITCH) && !defined(WATTPROBE_TASK_RUNTIME)
+#define SEEN_CACHE 1
+#endif
+
+// Adds ns of CPU time and nv, drm GPU ioctls to the current process.
+static __always_inline void account(u32 tgid, u64 ns, u64 nv, u64 drm, bool exiting) {
+    struct task_val *v = live_entry(tgid, exiting, ns, nv, drm);
+    if (v)
+        add_work(&v->on_cpu_ns, v->ioctls, ns, nv, drm);
 }
 
 #ifdef WATTPROBE_TASK_RUNTIME
@@ -337,51 +204,67 @@ static __always_inline int account(struct slice *s, u32 tgid, u64 ns, u64 nv, u6
 // sums, brought up to date by the scheduler before sched_switch fires. The raw program reads the
 // incoming task's runtime into this CPU's slot (start_ns, with its task pointer); when that task
 // leaves the CPU, its runtime then less the slot's is the slice, exactly what the kernel charged
-// its cgroup in between, whatever its scheduling class. No clock read, no per-task map. The
-// first slice on each CPU after the load (no slot yet) is charged from prev_sum_exec_runtime.
+// its cgroup in between, whatever its scheduling class. No clock read, no per-task map.
+//
+// A slot that does not describe the task leaving the CPU is the first slice on that CPU since
+// the load, which began before the programs were attached: it is charged nothing up to the
+// moment name_slice() (or this switch) first saw it, so no time from before the load is ever
+// charged. (Charging it from prev_sum_exec_runtime, as an earlier version did, billed a process
+// that had spun since before the agent started for time the agent's first reading had already
+// taken as its baseline: +4 to +8 % over cpu.stat in a few fresh-agent runs.)
 #include <uapi/linux/bpf_perf_event.h>
 
 #define TASK_U64(task, off) (*(u64 *)((char *)(task) + (off)))
 
 // ns the current (outgoing) task `prev` ran in the slice that ends now
 static __always_inline u64 runtime_delta(struct slice *s, u64 prev) {
+    if (s->task != prev)
+        return 0;  // a slice that began before the load and was never seen since
     struct task_struct *task = bpf_get_current_task_btf();  // prev: direct loads, no helper
     u64 sum = TASK_U64(task, WATTPROBE_OFF_SUM_EXEC);
-    // both loaded, then chosen: one load instruction may not serve two kinds of pointer
-    u64 picked = *(volatile u64 *)((char *)task + WATTPROBE_OFF_PREV_SUM_EXEC);
     u64 start = *(volatile u64 *)&s->start_ns;
-    u64 base = s->task == prev ? start : picked;
-    return sum > base ? sum - base : 0;
+    return sum > start ? sum - start : 0;
 }
 
 // Names the slice in flight on this CPU for userspace, once a second per CPU (a cpu-clock perf
 // event): a long slice is credited before it ends, and sched_switch pays nothing for naming
-// but clearing the name.
+// but clearing the name. A CPU whose slot describes no slice yet (none switched since the load)
+// gets its running task's slice opened here, from its runtime now.
 int name_slice(struct bpf_perf_event_data *ctx) {
     u32 zero = 0;
     struct slice *s = running.lookup(&zero);
     if (!s)
         return 0;
     u64 id = bpf_get_current_pid_tgid();
-    if ((u32)id && s->task == (u64)bpf_get_current_task())
-        *(volatile u64 *)&s->tid = (u32)id;  // start_ns is this slice's already
+    if (!(u32)id)
+        return 0;  // the idle task
+    u64 task = bpf_get_current_task();
+    if (s->task != task) {
+        // opened: tid last, so a reader that sees the name sees it with this start
+        u64 now = 0;
+        if (bpf_probe_read_kernel(&now, sizeof(now), (void *)(task + WATTPROBE_OFF_SUM_EXEC)))
+            return 0;
+        *(volatile u64 *)&s->tid = 0;
+        *(volatile u64 *)&s->start_ns = now;
+        s->task = task;
+    }
+    *(volatile u64 *)&s->tid = (u32)id;  // start_ns is this slice's already
     return 0;
 }
 #endif
 
 // The slice that ends now on this CPU goes to the current (outgoing) task's process, with the
-// GPU ioctls it made; next_tid (0: unknown or idle) starts a new slice. Returns what account()
-// returned, or -1 if nothing was accounted.
+// GPU ioctls it made; next_tid (0: unknown or idle) starts a new slice.
 #define tgid_of(id) ((u32)((id) >> 32))
 
 // prev, next, next_start: with WATTPROBE_TASK_RUNTIME, the outgoing and incoming tasks and the
 // incoming one's runtime now
-static __always_inline int switch_slice(u64 id, u64 next_tid, bool exiting, u64 hint, u64 prev,
-                                        u64 next, u64 next_start) {
+static __always_inline void switch_slice(u64 id, u64 next_tid, bool exiting, u64 prev, u64 next,
+                                         u64 next_start) {
     u32 zero = 0;
     struct slice *s = running.lookup(&zero);
     if (!s)
-        return -1;
+        return;
 #ifdef WATTPROBE_TASK_RUNTIME
     u64 ns = tgid_of(id) ? runtime_delta(s, prev) : 0;
     // the next slice: unnamed until name_slice() samples it; tid first, so a reader that sees
@@ -407,13 +290,13 @@ static __always_inline int switch_slice(u64 id, u64 next_tid, bool exiting, u64 
 #endif
     u32 tgid = id >> 32;
     if (tgid == 0)
-        return -1;  // the idle task
+        return;  // the idle task
 #ifndef WATTPROBE_TASK_RUNTIME
     u64 ns = start ? now - start : 0;  // 0: first switch on this CPU since load
 #endif
     if (!(ns | nv | drm))
-        return -1;
-    return account(s, tgid, ns, nv, drm, exiting, hint);
+        return;
+    account(tgid, ns, nv, drm, exiting);
 }
 
 #ifdef WATTPROBE_RAW_SWITCH
@@ -427,21 +310,15 @@ static __always_inline int switch_slice(u64 id, u64 next_tid, bool exiting, u64 
 // A task's pid_tgid never changes, except in exec by a thread that is not the leader (it takes
 // the leader's pid: the exec probe refreshes its slot). A task's slot is emptied at its last
 // switch, so a new task that gets the same task_struct is not mistaken for it. Slots are written
-// by any CPU (collisions) without a lock: check = task ^ pid_tgid (^ key ^ gen), so a read that
-// mixes fields of two writes, in whatever order they landed, does not match and falls back to
-// the helper.
+// by any CPU (collisions) without a lock: check = task ^ pid_tgid, so a read that mixes fields
+// of two writes, in whatever order they landed, does not match and falls back to the helper.
 struct seen_task {
     u64 task;
     u64 pid_tgid;
     u64 check;
-#ifdef CACHE_KEYS
-    u64 key;  // exited-map key of the task's slices (| KEY_TRACKED), per-cgroup mode
-    u64 gen;  // `moves` when the key was taken
-#endif
 };
 
 #define SEEN_SLOTS (1 << WATTPROBE_SEEN_BITS)
-#define TASK_DEAD 0x80  // task->__state at a task's last switch (do_task_dead)
 BPF_ARRAY(seen, struct seen_task, SEEN_SLOTS);
 
 static __always_inline struct seen_task *seen_slot(u64 task) {
@@ -451,104 +328,53 @@ static __always_inline struct seen_task *seen_slot(u64 task) {
     return seen.lookup(&index);
 }
 
-// pid_tgid of task as its slot has it, or 0; with CACHE_KEYS, its cached key and generation
-static __always_inline u64 seen_id(struct seen_task *e, u64 task, u64 *key, u64 *gen) {
+// pid_tgid of task as its slot has it, or 0
+static __always_inline u64 seen_id(struct seen_task *e, u64 task) {
     u64 t = e->task;
     u64 id = e->pid_tgid;
     u64 check = e->check;
-#ifdef CACHE_KEYS
-    u64 k = e->key;
-    u64 g = e->gen;
-    if (t != task || check != (t ^ id ^ k ^ g))
-        return 0;
-    *key = k;
-    *gen = g;
-    return id;
-#else
     return (t == task && check == (t ^ id)) ? id : 0;
-#endif
 }
 
-static __always_inline void seen_store(struct seen_task *e, u64 task, u64 id, u64 key, u64 gen) {
+static __always_inline void seen_store(struct seen_task *e, u64 task, u64 id) {
     e->task = task;
     e->pid_tgid = id;
-#ifdef CACHE_KEYS
-    e->key = key;
-    e->gen = gen;
-    e->check = task ^ id ^ key ^ gen;
-#else
     e->check = task ^ id;
-#endif
 }
 #endif  // SEEN_CACHE
+
+#define TASK_DEAD 0x80  // task->__state at a task's last switch (do_task_dead)
 
 RAW_TRACEPOINT_PROBE(sched_switch) {
     // args: preempt, prev, next, prev_state; prev is current. prev_state is an argument since
     // 5.18: older kernels refuse a program that reads it, and userspace takes the classic one.
+    bool dead = !ctx->args[0] && (ctx->args[3] & TASK_DEAD);
 #ifdef WATTPROBE_TASK_RUNTIME
     u64 next = ctx->args[2];
     u64 next_start = 0;
     bpf_probe_read_kernel(&next_start, sizeof(next_start),
                           (void *)(next + WATTPROBE_OFF_SUM_EXEC));
-    switch_slice(bpf_get_current_pid_tgid(), 0, !ctx->args[0] && (ctx->args[3] & TASK_DEAD),
-                 KEY_UNKNOWN, ctx->args[1], next, next_start);
+    switch_slice(bpf_get_current_pid_tgid(), 0, dead, ctx->args[1], next, next_start);
     return 0;
 #else
     u64 prev = ctx->args[1];
     u64 next = ctx->args[2];
-    bool dead = !ctx->args[0] && (ctx->args[3] & TASK_DEAD);
-
-    u64 unused_key, unused_gen;
     u64 next_tid = 0;
     struct seen_task *n = seen_slot(next);
     if (n)
-        next_tid = (u32)seen_id(n, next, &unused_key, &unused_gen);
-
+        next_tid = (u32)seen_id(n, next);
     struct seen_task *p = seen_slot(prev);
     if (!p)
         return 0;
-    u64 key = KEY_UNKNOWN, gen = 0;
-    u64 id = seen_id(p, prev, &key, &gen);
-#ifdef CACHE_KEYS
-    u32 zero = 0;
-    u64 *moved = moves.lookup(&zero);
-    u64 now_gen = moved ? *moved : 0;  // read before the cgroup: a move in between only
-                                       // makes the next switch take the key again
-    if (!id) {
-        id = bpf_get_current_pid_tgid();  // 0: the idle task, never remembered
-        if (!id) {
-            switch_slice(0, next_tid, dead, KEY_UNKNOWN, 0, 0, 0);  // still starts the next slice
-            return 0;
-        }
-        key = KEY_UNKNOWN;  // not known to have an entry: look it up once
-        if (dead) {
-            switch_slice(id, next_tid, dead, KEY_UNKNOWN, 0, 0, 0);
-            return 0;
-        }
-    }
-    u64 hint = key;
-    if (gen != now_gen || key == KEY_UNKNOWN)
-        hint = cgroup_key() | (key & KEY_TRACKED);  // moved since, or new: take it again
-    int tracked = switch_slice(id, next_tid, dead, hint, 0, 0, 0);
-    if (dead) {
-        p->check = 0;  // its task_struct may come back as another task
-    } else {
-        u64 cached = hint;
-        if (tracked >= 0)
-            cached = (hint & ~KEY_TRACKED) | (tracked ? KEY_TRACKED : 0);
-        if (cached != key || gen != now_gen)
-            seen_store(p, prev, id, cached, now_gen);
-    }
-#else
+    u64 id = seen_id(p, prev);
     if (!id) {
         id = bpf_get_current_pid_tgid();  // 0: the idle task, never remembered
         if (id && !dead)
-            seen_store(p, prev, id, 0, 0);
+            seen_store(p, prev, id);
     } else if (dead) {
         p->check = 0;  // its task_struct may come back as another task
     }
-    switch_slice(id, next_tid, dead, KEY_UNKNOWN, 0, 0, 0);
-#endif
+    switch_slice(id, next_tid, dead, 0, 0, 0);
     return 0;
 #endif  // WATTPROBE_TASK_RUNTIME
 }
@@ -556,10 +382,11 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
 TRACEPOINT_PROBE(sched, sched_switch) {
     // current is still the task switching out
     switch_slice(bpf_get_current_pid_tgid(), args->next_pid,
-                 (args->prev_state & STATE_EXITED) != 0, KEY_UNKNOWN, 0, 0, 0);
+                 (args->prev_state & STATE_EXITED) != 0, 0, 0, 0);
     return 0;
 }
-#endif
+#endif  // WATTPROBE_RAW_SWITCH
+#endif  // WATTPROBE_PER_PROCESS
 
 TRACEPOINT_PROBE(sched, sched_process_exit) {
     u64 id = bpf_get_current_pid_tgid();
@@ -575,8 +402,8 @@ TRACEPOINT_PROBE(sched, sched_process_exit) {
     u64 now = bpf_ktime_get_boot_ns();
     struct task_val *v = tasks.lookup(&tgid);
     if (!v) {
-#ifdef WATTPROBE_PER_CGROUP
-        return 0;  // not tracked: its work is already in its cgroup's sum, its last slice too
+#ifndef WATTPROBE_PER_PROCESS
+        return 0;  // never made a GPU ioctl: nothing of it is kept here
 #endif
         // never switched out since load (a short-lived process): leave a tombstone so that its
         // last slice goes to exited instead of making a live entry
@@ -623,12 +450,12 @@ TRACEPOINT_PROBE(sched, sched_process_exec) {
         // the cgroup here also covers a move that raced the entry being made
         v->cgroup_id = bpf_get_current_cgroup_id();
     }
-#ifdef SEEN_CACHE
+#if defined(WATTPROBE_PER_PROCESS) && defined(SEEN_CACHE)
     // a thread other than the leader that execs takes the leader's pid
     u64 task = bpf_get_current_task();
     struct seen_task *e = seen_slot(task);
     if (e)
-        seen_store(e, task, bpf_get_current_pid_tgid(), KEY_UNKNOWN, 0);
+        seen_store(e, task, bpf_get_current_pid_tgid());
 #endif
     return 0;
 }
@@ -644,12 +471,6 @@ TRACEPOINT_PROBE(cgroup, cgroup_attach_task) {
     struct task_val *v = tasks.lookup(&tgid);
     if (v && !v->dead_ns && v->cgroup_id != args->dst_id)
         v->cgroup_id = args->dst_id;
-#ifdef CACHE_KEYS
-    u32 zero = 0;
-    u64 *moved = moves.lookup(&zero);
-    if (moved)
-        __sync_fetch_and_add(moved, 1);  // every cached key is taken again at its next switch
-#endif
     return 0;
 }
 #endif
@@ -762,11 +583,20 @@ TRACEPOINT_PROBE(syscalls, sys_enter_ioctl) {
     u32 *class = dev_class.lookup(&major);
     if (!class || *class != driver + 1)
         return 0;
-    // counted in this CPU's running slot; the next sched_switch adds it to the process
+#ifdef WATTPROBE_PER_PROCESS
+    // counted in this CPU's running slot; the next sched_switch adds it to the process with its
+    // on-CPU time, in one map update
     u32 zero = 0;
     struct slice *s = running.lookup(&zero);
     if (s)
         s->ioctls[driver] += 1;
+#else
+    // no program on sched_switch: straight to the process's entry (made at its first GPU ioctl)
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct task_val *v = live_entry(tgid, false, 0, driver == DRV_NVIDIA, driver == DRV_DRM);
+    if (v)
+        __sync_fetch_and_add(&v->ioctls[driver], 1);
+#endif
     return 0;
 }
 #endif

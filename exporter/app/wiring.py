@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -17,7 +18,7 @@ from exporter.kube.nodelabels import with_node_instance_type
 from exporter.model.config import ActivitySource as ActivityChoice
 from exporter.model.config import Config
 from exporter.model.ports import ActivitySource, PowerSource
-from exporter.model.readings import SourceError, SourceStatus
+from exporter.model.readings import MapStats, SourceError, SourceStatus, TaskSample
 from exporter.sources.activity.ebpf.load import FIXES as EBPF_FIXES
 from exporter.sources.activity.ebpf.load import LOAD_FAILED
 from exporter.sources.activity.ebpf.source import NAME as EBPF
@@ -39,16 +40,42 @@ def power_sources(config: Config, registry: Registry = REGISTRY) -> list[PowerSo
     return list(registry.power_sources(config))
 
 
+class KernelTotals:
+    """The eBPF source's default: per-container CPU time from the kernel's own cgroup totals
+    (the procfs source's cgroup tree: cpu.stat, cpuacct.usage, and the host's rest), GPU ioctls
+    per process from the probes. The kernel already sums every task's run time per cgroup, so no
+    program runs on each context switch to sum it again (docs/ebpf.md). One read is both: the
+    monitor reads it under one deadline, and both halves cover the same time."""
+
+    def __init__(self, cpu: ActivitySource, probes: EbpfSource) -> None:
+        self.name = probes.name  # what the node runs: eBPF, with the kernel's totals
+        self._cpu = cpu
+        self._probes = probes
+
+    def tasks(self) -> list[TaskSample]:
+        return [*self._cpu.tasks(), *self._probes.tasks()]
+
+    def map_stats(self) -> Sequence[MapStats]:
+        return self._probes.map_stats()
+
+    def close(self) -> None:
+        self._probes.close()
+
+
 def activity_source(
     config: Config, procfs: ProcfsSource, progress: Progress | None = None
 ) -> tuple[ActivitySource, tuple[SourceStatus, ...]]:
     """The activity source, and eBPF's start-up failure when auto fell back to procfs.
 
-    /proc/stat (node busy/idle) comes from procfs whichever source measures tasks.
+    /proc/stat (node busy/idle) comes from procfs whichever source measures tasks. eBPF runs a
+    program on every context switch only for per-process series (--collector.process), or where
+    the cgroup tree has no CPU totals to read; otherwise per-container CPU is the cgroups' own
+    totals, beside the probes' GPU ioctls (KernelTotals).
     """
     config = REGISTRY.resolve(config)
     if config.activity_source is ActivityChoice.PROCFS:
         return procfs, ()
+    per_process = config.collector_on(PROCESS) or not procfs.per_cgroup
     try:
         # bcc compiles the programs here: seconds on a busy node, so it shows as a step
         with (progress or Progress()).step("compiling and loading the eBPF programs"):
@@ -57,10 +84,9 @@ def activity_source(
                 config.cgroup_root,
                 config.ebpf_kernel_headers,
                 config.ebpf_gpu_ioctls.wanted,
-                # per-process map entries only when per-process metrics are wanted
-                per_process=config.collector_on(PROCESS),
+                per_process=per_process,
             )
-        return ebpf, ()
+        return (ebpf if per_process else KernelTotals(procfs, ebpf)), ()
     except Exception as exc:
         error = exc if isinstance(exc, SourceError) else SourceError(LOAD_FAILED, repr(exc))
         if not isinstance(exc, SourceError):

@@ -1,8 +1,11 @@
 """From raw eBPF map contents to cumulative per-task samples. Pure: no bcc, no files.
 
-The kernel side (bpf/activity.c) keeps, per process (tgid), cumulative on-CPU ns and GPU ioctls in
-an entry named by (tgid, first_ns). When the process exits, its totals are folded into a per-cgroup
-"exited" total and the entry stays behind as a tombstone until userspace deletes it.
+The kernel side (bpf/activity.c) keeps, per process (tgid), cumulative on-CPU ns (per-process
+mode only) and GPU ioctls in an entry named by (tgid, first_ns). By default only processes that
+made a GPU ioctl have one, and their CPU time stays with their cgroup's own total, read
+elsewhere (the cgroup tree): the entries here then carry GPU ioctls alone. When the process
+exits, its totals are folded into a per-cgroup "exited" total and the entry stays behind as a
+tombstone until userspace deletes it.
 
 The monitor takes deltas of cumulative values per TaskKey, so every nanosecond must reach exactly
 one key exactly once. This module keeps that promise across the kernel's folds:
@@ -14,9 +17,9 @@ one key exactly once. This module keeps that promise across the kernel's folds:
   tombstone after the fold (stragglers);
 - an entry whose process cannot be found (it exited before userspace first saw it, its tgid was
   reused) is an orphan: its work goes to its cgroup's exited total;
-- a process that has been on a CPU since before the probes loaded and was never switched out has
-  no entry: userspace makes one (the kernel then adds the slice to it when it ends), so its time
-  in flight is credited too.
+- per-process mode: a process that has been on a CPU since before the probes loaded and was
+  never switched out has no entry: userspace makes one (the kernel then adds the slice to it
+  when it ends), so its time in flight is credited too.
 """
 
 from __future__ import annotations
@@ -37,7 +40,6 @@ ORPHAN_QUIET_READS = 2  # an orphan unchanged this long, whose process is gone, 
 EXITED_QUIET_READS = 2  # an exited total unchanged this long stops being reported
 EXITED_FORGET_READS = 60  # ... and is forgotten this long after, once its cgroup is gone
 START_SLACK_NS = 20_000_000  # /proc start times are in clock ticks: allow two of them
-KERNEL_THREADS = 0  # per-cgroup mode: the exited-map key kernel threads are summed under
 
 Counts = tuple[int, int]  # per driver, in DRIVERS order
 
@@ -71,8 +73,6 @@ class RunningSlice:
 
     tid: int
     start_ns: int
-    pending_key: int = 0  # per-cgroup mode: ns of ended slices this CPU has not yet added to
-    pending_ns: int = 0  # the exited map, for this key
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class MapRead:
 
     exited: Sequence[KernelExited]
     tasks: Sequence[KernelTask]
-    running: Sequence[RunningSlice]  # only slots that read the same twice
+    running: Sequence[RunningSlice]  # only slots that read the same twice (per-process mode)
     running_read_ns: int  # monotonic ns taken just before the running slots were read
     boot_ns: int  # boot-clock ns at the read
     seen_at: float  # the cgroup index's clock at the read
@@ -181,22 +181,17 @@ class Accounting:
         cgroups: CgroupPaths,
         *,
         per_process: bool = True,
-        kernel_threads_apart: bool = False,
     ) -> None:
-        """per_process: the kernel keeps an entry per process (False: per-cgroup mode, where
-        only processes that made a GPU ioctl have one and the rest is summed per cgroup in the
-        exited map). kernel_threads_apart: in per-cgroup mode, the kernel sums kernel threads
-        under cgroup id 0 (KERNEL_THREADS)."""
+        """per_process: the kernel keeps an entry per process with its on-CPU time (False: only
+        processes that made a GPU ioctl have one, without CPU time, and nothing runs in flight:
+        no slices are read)."""
         self._procs = procs
         self._cgroups = cgroups
         self._per_process = per_process
-        self._kthreads_apart = kernel_threads_apart
         self._identities: dict[tuple[int, int], _Identity] = {}
         self._outputs: dict[TaskKey, _Output] = {}
         self._ledgers: dict[int, _ExitedLedger] = {}
         self._slice_tgids: dict[tuple[int, int], int] = {}
-        self._slice_cgroups: dict[tuple[int, int], int | None] = {}
-        self._pending_keys: set[int] = set()
 
     def update(self, read: MapRead) -> tuple[list[TaskSample], MapChanges]:
         self._credit_kernel_exited(read.exited)
@@ -238,22 +233,12 @@ class Accounting:
 
         in_flight, unknown = self._in_flight(read, live)
         samples = self._live_samples(read, live, ioctl_deltas, in_flight)
-        if self._per_process:
-            samples += self._exited_samples(read, {})
-            create = self._entries_to_make(unknown - {name[0] for name in present})
-        else:
-            # a process without an entry is summed in its cgroup's total: its slice in flight
-            # is credited there, as a live entry's is to its key
-            in_flight_cg = self._cgroup_in_flight(read, unknown)
-            pending = {s.pending_key for s in read.running if s.pending_ns}
-            for s in read.running:
-                if s.pending_ns:
-                    in_flight_cg[s.pending_key] = in_flight_cg.get(s.pending_key, 0) + s.pending_ns
-            samples += self._exited_samples(read, in_flight_cg)
-            # a CPU that went idle keeps its pending sum for as long as it idles: its key's
-            # ledger must outlive it, or the sum would be credited again from zero
-            self._pending_keys = pending
-            create = ()
+        samples += self._exited_samples(read)
+        create = (
+            self._entries_to_make(unknown - {name[0] for name in present})
+            if self._per_process
+            else ()
+        )
         delete_exited = self._forget_exited()
         return samples, MapChanges(tuple(delete_tasks), tuple(delete_exited), create)
 
@@ -325,36 +310,6 @@ class Accounting:
                 unknown.add(tgid)
         self._slice_tgids = tgids  # a slice still running at the next read keeps its thread
         return out, unknown
-
-    def _cgroup_in_flight(self, read: MapRead, unknown: set[int]) -> dict[int, int]:
-        """Per-cgroup mode: ns in flight per exited-map key, for running processes without an
-        entry (the kernel adds their slices to their cgroup's sum when they end)."""
-        out: dict[int, int] = {}
-        cgroups: dict[tuple[int, int], int | None] = {}
-        for s in read.running:
-            slot = (s.tid, s.start_ns)
-            tgid = self._slice_tgids.get(slot)
-            if tgid is None or tgid not in unknown:
-                continue
-            if slot in self._slice_cgroups:
-                key = self._slice_cgroups[slot]
-            else:
-                key = self._cgroup_key(tgid)
-            cgroups[slot] = key
-            if key is not None:
-                out[key] = out.get(key, 0) + _flight_ns(read, s)
-        self._slice_cgroups = cgroups
-        return out
-
-    def _cgroup_key(self, tgid: int) -> int | None:
-        """The exited-map key the kernel sums this process's slices under."""
-        if self._kthreads_apart:
-            info = self._procs.info(tgid)
-            if info is None:
-                return None
-            if info.kernel_thread:
-                return KERNEL_THREADS
-        return self._procs.cgroup_id(tgid)
 
     def _entries_to_make(self, tgids: set[int]) -> tuple[tuple[int, int], ...]:
         """Entries for processes on a CPU since before the probes loaded: without a switch the
@@ -440,17 +395,14 @@ class Accounting:
         for i, n in enumerate(ioctls):
             ledger.debit_ioctls[i] += n
 
-    def _exited_samples(self, read: MapRead, in_flight: dict[int, int]) -> list[TaskSample]:
+    def _exited_samples(self, read: MapRead) -> list[TaskSample]:
         samples = []
-        for cgroup_id in in_flight:
-            self._ledgers.setdefault(cgroup_id, _ExitedLedger())  # nothing ended there yet
         for cgroup_id, ledger in self._ledgers.items():
-            flying = in_flight.pop(cgroup_id, 0)
-            if not (ledger.dirty or flying or ledger.active):
+            if not (ledger.dirty or ledger.active):
                 ledger.quiet_reads += 1  # nothing moved: the level is what it was
                 continue
             ledger.dirty = False
-            target = ledger.credit_ns - ledger.debit_ns + flying
+            target = ledger.credit_ns - ledger.debit_ns
             level_ns = max(ledger.level_ns, target)
             level_io = [
                 max(old, c - d)
@@ -476,7 +428,7 @@ class Accounting:
                     pid=0,
                     comm=EXITED_COMM,
                     cgroup=self._cgroups.path(cgroup_id, read.seen_at) or "",
-                    kernel_thread=cgroup_id == KERNEL_THREADS and self._kthreads_apart,
+                    kernel_thread=False,
                     cpu_seconds=(level_ns - ledger.base_ns) / 1e9,
                     gpu_ioctls=_driver_counts(
                         [n - b for n, b in zip(level_io, ledger.base_ioctls, strict=True)]
@@ -491,7 +443,6 @@ class Accounting:
             cgroup_id
             for cgroup_id, ledger in self._ledgers.items()
             if not ledger.active
-            and cgroup_id not in self._pending_keys
             and ledger.quiet_reads >= EXITED_FORGET_READS
             and (ledger.kernel is None or self._cgroups.gone(cgroup_id))
         ]

@@ -207,9 +207,6 @@ FD_DEVICE_FIELDS = (
     Field("inode", "i_rdev", 4, "WATTPROBE_OFF_INODE_RDEV"),
 )
 
-# Per-cgroup mode: PF_KTHREAD of a root-cgroup task, to sum kernel threads apart (bpf/activity.c)
-TASK_FLAGS_FIELD = Field("task_struct", "flags", 4, "WATTPROBE_OFF_TASK_FLAGS")
-
 
 def offset_flags(btf: Btf, fields: Sequence[Field] = FD_DEVICE_FIELDS) -> list[str]:
     """-D flags with each field's offset, after checking its size is what the probe reads."""
@@ -226,19 +223,6 @@ def offset_flags(btf: Btf, fields: Sequence[Field] = FD_DEVICE_FIELDS) -> list[s
 # task_struct.se is a struct sched_entity, whose runtime fields are read through it
 RUNTIME_FIELDS = (
     (("task_struct", "se"), Field("sched_entity", "sum_exec_runtime", 8, "WATTPROBE_OFF_SUM_EXEC")),
-    (
-        ("task_struct", "se"),
-        Field("sched_entity", "prev_sum_exec_runtime", 8, "WATTPROBE_OFF_PREV_SUM_EXEC"),
-    ),
-    # per-cgroup sums: task->cgroups->dfl_cgrp, its self.serial_nr and kn->id
-    (None, Field("task_struct", "cgroups", POINTER_SIZE, "WATTPROBE_OFF_TASK_CGROUPS")),
-    (None, Field("css_set", "dfl_cgrp", POINTER_SIZE, "WATTPROBE_OFF_CSS_SET_DFL_CGRP")),
-    (
-        ("cgroup", "self"),
-        Field("cgroup_subsys_state", "serial_nr", 8, "WATTPROBE_OFF_CGROUP_SERIAL"),
-    ),
-    (None, Field("cgroup", "kn", POINTER_SIZE, "WATTPROBE_OFF_CGROUP_KN")),
-    (None, Field("kernfs_node", "id", 8, "WATTPROBE_OFF_KERNFS_ID")),
 )
 
 

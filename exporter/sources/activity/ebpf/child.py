@@ -42,7 +42,6 @@ from exporter.sources.activity.ebpf.load import (
     MAX_CGROUPS,
     MAX_TASKS,
     PROC_DEVICES,
-    ROOT_CGROUP_ID,
     Loaded,
     LoadInfo,
 )
@@ -57,7 +56,6 @@ MAPS = (
     "stats",
     "cgroup_paths",
     "dev_class",
-    "pending",
 )  # what EbpfSource uses
 TIMEOUT_S = 300.0  # the compile takes seconds; a child that hangs must not hang start-up
 _MAX_MESSAGE = 1 << 20
@@ -96,7 +94,6 @@ def load_in_child(
     raw_switch: bool | None = None,
     proc_devices: Path = PROC_DEVICES,
     per_process: bool = True,
-    root_cgroup_id: int = ROOT_CGROUP_ID,
 ) -> Loaded:
     """What ebpf_load.load() returns, with the compile done in a child process."""
     request = {
@@ -107,7 +104,6 @@ def load_in_child(
         "max_cgroups": max_cgroups,
         "proc_devices": str(proc_devices),
         "per_process": per_process,
-        "root_cgroup_id": root_cgroup_id,
     }
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     with ours:
@@ -222,7 +218,6 @@ def child(sock_fd: int) -> None:
             raw_switch=request["raw_switch"],
             proc_devices=Path(request["proc_devices"]),
             per_process=request["per_process"],
-            root_cgroup_id=request["root_cgroup_id"],
         )
         maps = []
         for name in MAPS:

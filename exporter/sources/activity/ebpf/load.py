@@ -23,7 +23,6 @@ from exporter.host.caps import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, SELF_STATUS,
 from exporter.host.hostfile import read_text_bounded
 from exporter.model.readings import SourceError
 from exporter.sources.activity.ebpf.btf import (
-    TASK_FLAGS_FIELD,
     VMLINUX,
     Btf,
     BtfError,
@@ -88,7 +87,8 @@ FIXES: dict[str, str] = {
 
 TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 
-REQUIRED_TRACEPOINTS = (("sched", "sched_switch"), ("sched", "sched_process_exit"))
+SWITCH_TRACEPOINT = ("sched", "sched_switch")  # per-process mode only
+REQUIRED_TRACEPOINTS = (("sched", "sched_process_exit"),)
 SCHED_SWITCH = "sched:sched_switch"
 IOCTL_TRACEPOINT = ("syscalls", "sys_enter_ioctl")
 EXEC_TRACEPOINT = ("sched", "sched_process_exec")
@@ -99,15 +99,36 @@ NO_BTF = "kernel BTF"  # in missing_optional: GPU ioctls need it to tell an ioct
 
 MAX_TASKS = 32768  # live processes plus tombstones of the processes that exited in one interval
 MAX_CGROUPS = 8192
-ROOT_CGROUP_ID = 1  # the cgroup v2 root's kernfs id (its directory's inode)
-SEEN_BITS = 16  # the raw sched_switch program's task cache: 65536 slots of 16 bytes
-# per-cgroup sums not yet in the exited map, per CPU (task runtime): 512 slots of 16 bytes, so
-# a node's few hundred busy cgroups seldom share one
-PEND_BITS = 9
+SEEN_BITS = 16  # the raw sched_switch program's task cache: 65536 slots of 24 bytes
 
 PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK = 1, 0  # include/uapi/linux/perf_event.h
 RAW = "raw"  # sched_switch attached as a raw tracepoint (4.17+): no argument formatting
 CLASSIC = "classic"  # through tracefs's sched:sched_switch: costs more per context switch
+NO_SWITCH = "none"  # the default: no program on sched_switch (per-process series are off)
+
+# Why each hook is attached, for `wattprobe check` and the start-up log (docs/ebpf.md, "Programs").
+PURPOSES: dict[str, str] = {
+    SCHED_SWITCH: (
+        "per-process CPU time (--collector.process): runs on every context switch of every CPU"
+    ),
+    "sched:sched_process_exit": (
+        "an ended process's GPU ioctls (and CPU time) folded into its cgroup, so nothing it did "
+        "is lost"
+    ),
+    "sched:sched_process_exec": "a process's new name after exec, and its cgroup",
+    "syscalls:sys_enter_ioctl": (
+        "GPU ioctls per process (NVIDIA 'F' and DRM 'd' commands on GPU device files), to split "
+        "a shared GPU; other ioctls return after one compare"
+    ),
+    "cgroup:cgroup_attach_task": "keeps a GPU process's cgroup current when it moves",
+    "cgroup:cgroup_mkdir": (
+        "names each new cgroup, so one removed before the next read keeps its name"
+    ),
+    "perf:cpu-clock": (
+        "once a second per CPU (--collector.process): names the slice in flight, so a long one is "
+        "credited before it ends"
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -122,9 +143,10 @@ class LoadInfo:
     switched_off: tuple[str, ...] = ()  # optional tracepoints not attached on purpose
     max_tasks: int = MAX_TASKS
     max_cgroups: int = MAX_CGROUPS
-    per_process: bool = True  # an entry per process; False: sums per cgroup (WATTPROBE_PER_CGROUP)
-    kernel_threads_apart: bool = False  # per-cgroup mode: kernel threads summed under id 0
-    switch_probe: str = CLASSIC  # how sched:sched_switch is attached: RAW or CLASSIC
+    # an entry per process and a program on sched_switch (WATTPROBE_PER_PROCESS); False: entries
+    # only for processes that made a GPU ioctl, CPU time from the cgroups' own totals
+    per_process: bool = True
+    switch_probe: str = CLASSIC  # how sched:sched_switch is attached: RAW, CLASSIC or NO_SWITCH
     # on-CPU time from the kernel's per-task runtime (se.sum_exec_runtime, what cpu.stat sums;
     # slots then hold runtimes); False: from clock reads at each switch (no BTF)
     task_runtime: bool = False
@@ -143,10 +165,21 @@ class LoadInfo:
         return (
             f"tracepoints {', '.join(names)}{missing}; {self.headers.describe()}; "
             f"compiled in {self.compile_s:.2f}s; "
-            + ("per-process entries" if self.per_process else "sums per cgroup")
-            + ("; task runtime" if self.task_runtime else "; clock between switches")
+            + (
+                "per-process entries"
+                + ("; task runtime" if self.task_runtime else "; clock between switches")
+                if self.per_process
+                else "no sched_switch program: CPU time from the cgroups' own totals"
+            )
             + ("; interrupts from /proc/stat" if self.irq_time_apart else "")
         )
+
+    def programs(self) -> list[str]:
+        """Each hook attached and why it is there."""
+        hooks = list(self.tracepoints)
+        if self.task_runtime:
+            hooks.append("perf:cpu-clock")
+        return [f"{hook}: {PURPOSES.get(hook, '')}".rstrip(": ") for hook in hooks]
 
 
 @dataclass
@@ -281,7 +314,6 @@ def load(
     max_cgroups: int = MAX_CGROUPS,
     raw_switch: bool | None = None,
     per_process: bool = True,
-    root_cgroup_id: int = ROOT_CGROUP_ID,
     source: Path | None = None,
     btf: Path = VMLINUX,
     proc_devices: Path = PROC_DEVICES,
@@ -289,13 +321,12 @@ def load(
 ) -> Loaded:
     """Check, compile and attach. Raises SourceError with a reason from FIXES.
 
-    raw_switch: attach sched_switch as a raw tracepoint (True), through tracefs (False), or try
-    raw and fall back to tracefs if the kernel refuses it (None; kernels before 4.17 do, and pay
-    a second compile).
-    per_process: an entry per process (--collector.process); False: the kernel sums work per
-    cgroup and keeps entries only for processes that made a GPU ioctl (WATTPROBE_PER_CGROUP).
-    root_cgroup_id: the cgroup v2 root's id; in per-cgroup mode kernel threads found there are
-    summed apart (key 0), which needs task_struct.flags from BTF.
+    raw_switch: per-process mode: attach sched_switch as a raw tracepoint (True), through tracefs
+    (False), or try raw and fall back to tracefs if the kernel refuses it (None; kernels before
+    4.17 do, and pay a second compile).
+    per_process: an entry per process and a program on every context switch
+    (--collector.process, WATTPROBE_PER_PROCESS); False (the default): no sched_switch program,
+    entries only for processes that made a GPU ioctl (CPU time comes from the cgroups' totals).
     source: another version of bpf/activity.c (benchmarks compare one with the current).
     btf: the kernel's BTF, where the ioctl probe's struct offsets come from; without it the
     probe cannot tell an ioctl's device, and is not attached.
@@ -311,7 +342,8 @@ def load(
         raise SourceError(NO_BCC, f"cannot import bcc: {exc}") from exc
     check_privileges()
     tracefs = find_tracefs()
-    missing = [f"{c}:{e}" for c, e in REQUIRED_TRACEPOINTS if not tracepoint_exists(tracefs, c, e)]
+    required = (*REQUIRED_TRACEPOINTS, SWITCH_TRACEPOINT) if per_process else REQUIRED_TRACEPOINTS
+    missing = [f"{c}:{e}" for c, e in required if not tracepoint_exists(tracefs, c, e)]
     if missing:
         raise SourceError(NO_TRACEPOINT, f"{', '.join(missing)} not in {tracefs}/events")
     headers = find_kernel_headers(kernel_headers)
@@ -321,13 +353,16 @@ def load(
         cflags.append("-DWATTPROBE_HAVE_GROUP_DEAD")
     optional, attached, optional_missing = _optional_probes(tracefs, ioctls=ioctls, btf=btf)
     cflags += optional
-    if not per_process:
-        cflags += _per_cgroup_flags(btf, root_cgroup_id)
+    if per_process:
+        cflags.append("-DWATTPROBE_PER_PROCESS")
+        attached.insert(0, SCHED_SWITCH)
     # the raw program reads the incoming task's runtime; the classic one has no pointer to it
-    runtime = _runtime_flags(btf) if task_runtime and raw_switch is not False else []
+    runtime = (
+        _runtime_flags(btf) if per_process and task_runtime and raw_switch is not False else []
+    )
     cflags += headers.cflags()
 
-    switch_probe = CLASSIC if raw_switch is False else RAW
+    switch_probe = NO_SWITCH if not per_process else CLASSIC if raw_switch is False else RAW
     start = time.perf_counter()
     bpf, error, text = _compile(bcc, source, headers, cflags + runtime, switch_probe)
     if error is not None and runtime and not raw_attach_failed(error):
@@ -336,7 +371,7 @@ def load(
         log.warning("on-CPU time from task runtime unavailable (%s); using the clock", error)
         runtime = []
         bpf, error, text = _compile(bcc, source, headers, cflags, switch_probe)
-    if error is not None and raw_switch is None and raw_attach_failed(error):
+    if error is not None and per_process and raw_switch is None and raw_attach_failed(error):
         # the kernel refused the raw tracepoint itself (before 4.17 it has none): the classic
         # one does the same job at a higher cost per context switch
         log.warning(
@@ -371,7 +406,6 @@ def load(
         max_cgroups=max_cgroups,
         switch_probe=switch_probe,
         per_process=per_process,
-        kernel_threads_apart=any(f.startswith("-DWATTPROBE_ROOT_CGROUP=") for f in cflags),
         task_runtime=bool(runtime),
         irq_time_apart=bool(runtime) and _irq_time_accounted(btf),
     )
@@ -407,17 +441,6 @@ def _optional_probes(
     return cflags, attached, missing
 
 
-def _per_cgroup_flags(btf: Path, root_cgroup_id: int) -> list[str]:
-    """-D flags for per-cgroup sums; with BTF, kernel threads of the root cgroup apart."""
-    flags = ["-DWATTPROBE_PER_CGROUP"]
-    try:
-        flags += offset_flags(Btf.read(btf), (TASK_FLAGS_FIELD,))
-    except BtfError as exc:
-        log.info("kernel threads summed with the root cgroup's processes: %s", exc)
-        return flags
-    return [*flags, f"-DWATTPROBE_ROOT_CGROUP={root_cgroup_id}"]
-
-
 SAMPLE_PERIOD_NS = 1_000_000_000  # name_slice(): how often each CPU's slice in flight is named
 NAME_SLICE_FN = b"name_slice"
 
@@ -444,11 +467,7 @@ def _runtime_flags(btf: Path) -> list[str]:
     except BtfError as exc:
         log.info("on-CPU time from the clock between switches: %s", exc)
         return []
-    return [
-        "-DWATTPROBE_TASK_RUNTIME",
-        *offsets,
-        f"-DWATTPROBE_PEND_BITS={PEND_BITS}",
-    ]
+    return ["-DWATTPROBE_TASK_RUNTIME", *offsets]
 
 
 def _irq_time_accounted(btf: Path) -> bool:
@@ -482,7 +501,7 @@ def _compile(
     bcc: Any, source: Path, headers: KernelHeaders, cflags: list[str], switch_probe: str
 ) -> tuple[Any, Exception | None, str]:
     """(bcc.BPF or None, the exception if it failed, compiler output)."""
-    if switch_probe == RAW:
+    if switch_probe == RAW and "-DWATTPROBE_PER_PROCESS" in cflags:
         cflags = [*cflags, "-DWATTPROBE_RAW_SWITCH", f"-DWATTPROBE_SEEN_BITS={SEEN_BITS}"]
     made: list[Any] = []
 

@@ -1,9 +1,12 @@
-"""The eBPF activity source: per-process on-CPU time and GPU ioctls from bpf/activity.c.
+"""The eBPF activity source: GPU ioctls per process from bpf/activity.c, and with
+--collector.process per-process on-CPU time.
 
-Loading (compile + attach, once at start-up) is in ebpf_load; turning map contents into
-cumulative per-task samples is in ebpf_accounting; this module reads the maps, looks processes
-up in /proc (once per new map entry), maps cgroup ids to paths, and deletes the entries the
-accounting is done with.
+By default no program runs on sched_switch: per-container CPU time is the kernel's own cgroup
+total, which the wiring reads beside this source (exporter/app/wiring.py, KernelTotals), and the
+samples here carry GPU ioctls alone. Loading (compile + attach, once at start-up) is in load.py;
+turning map contents into cumulative per-task samples is in accounting.py; this module reads the
+maps, looks processes up in /proc (once per new map entry), maps cgroup ids to paths, and deletes
+the entries the accounting is done with.
 """
 
 from __future__ import annotations
@@ -52,12 +55,25 @@ log = logging.getLogger(__name__)
 NAME = "ebpf"
 READ_ERROR = "read error"
 
-# index of the counters in the stats map (enum stat_index in bpf/activity.c)
-STAT_TASK_INSERTS = 0
-STAT_TASK_INSERT_FAILS = 1
-STAT_EXITED_INSERTS = 2
-STAT_EXITED_INSERT_FAILS = 3
-N_STATS = 7
+# the counters of the stats map, in the order of enum stat_index in bpf/activity.c (a test
+# compares the two)
+STATS = (
+    "STAT_TASK_INSERTS",
+    "STAT_TASK_INSERT_FAILS",
+    "STAT_EXITED_INSERTS",
+    "STAT_EXITED_INSERT_FAILS",
+    "STAT_LOST_NS",
+    "STAT_LOST_IOCTLS",
+    "STAT_FOLDS",
+)
+STAT_TASK_INSERTS = STATS.index("STAT_TASK_INSERTS")
+STAT_TASK_INSERT_FAILS = STATS.index("STAT_TASK_INSERT_FAILS")
+STAT_EXITED_INSERTS = STATS.index("STAT_EXITED_INSERTS")
+STAT_EXITED_INSERT_FAILS = STATS.index("STAT_EXITED_INSERT_FAILS")
+N_STATS = len(STATS)
+# per-process mode with task runtime: name_slice() opens each CPU's first slice within this
+# long of the attach; the first read waits for it, so that read's baseline covers every slice
+SLICES_OPEN_S = 1.1
 
 
 # /proc/<pid>/{stat,comm,cgroup,status}: under 2 KiB each; a v1 cgroup file a few KiB
@@ -103,8 +119,8 @@ class ProcReader:
     def runtime_ns(self, tid: int) -> int | None:
         """The thread's se.sum_exec_runtime (the first field of /proc/<tid>/schedstat), or None."""
         try:
-            with open(f"{self._root}/{tid}/schedstat", "rb") as f:
-                return int(f.read().split(None, 1)[0])
+            text = read_text_bounded(f"{self._root}/{tid}/schedstat", _MAX_PROC_BYTES)
+            return int(text.split(None, 1)[0])
         except (OSError, ValueError, IndexError):
             return None
 
@@ -145,10 +161,8 @@ class EbpfSource:
         self.info: LoadInfo = loaded.info
         self._tasks = self._bpf[b"tasks"]
         self._exited = self._bpf[b"exited"]
-        self._running = self._bpf[b"running"]
-        # per-CPU sums per cgroup not yet in the exited map (per-cgroup mode, task runtime)
-        per_cgroup_runtime = loaded.info.task_runtime and not loaded.info.per_process
-        self._pending = self._bpf[b"pending"] if per_cgroup_runtime else None
+        # the slices on each CPU: only the per-process build has a sched_switch program
+        self._running = self._bpf[b"running"] if loaded.info.per_process else None
         self._stats = self._bpf[b"stats"]
         mkdir = "cgroup:cgroup_mkdir" in loaded.info.tracepoints
         self._cgroup_paths = self._bpf[b"cgroup_paths"] if mkdir else None
@@ -159,12 +173,7 @@ class EbpfSource:
         )
         self._cgroups = cgroups
         self._procs = ProcReader(procfs, cgroups.root, cgroupns_root)
-        self._accounting = Accounting(
-            self._procs,
-            cgroups,
-            per_process=loaded.info.per_process,
-            kernel_threads_apart=loaded.info.kernel_threads_apart,
-        )
+        self._accounting = Accounting(self._procs, cgroups, per_process=loaded.info.per_process)
         # interrupts outside every task's runtime are kernel work, as in /proc mode
         self._interrupts = InterruptTime(procfs) if loaded.info.irq_time_apart else None
         self._monotonic_ns = monotonic_ns
@@ -191,8 +200,10 @@ class EbpfSource:
         gpu_ioctls: count GPU driver ioctls (None: when the node has GPU device nodes).
         raw_switch: see ebpf_load.load (None: a raw sched_switch tracepoint where the kernel
         has them, else the classic one).
-        per_process: a map entry per process, as --collector.process needs; False: the kernel
-        sums per cgroup, with entries only for processes that made a GPU ioctl."""
+        per_process: a map entry per process and a program on every context switch, as
+        --collector.process needs; False (the default): no sched_switch program, entries only
+        for processes that made a GPU ioctl, whose samples carry their ioctls alone (the CPU
+        time is the cgroups' own totals, read beside this source)."""
         if not (procfs / "self" / "stat").is_file():
             # the probes report the kernel's own pids: they must be looked up in a live /proc
             raise SourceError(NOT_LIVE_PROCFS, f"{procfs} is not a live procfs (no self/stat)")
@@ -211,11 +222,15 @@ class EbpfSource:
             raw_switch=raw_switch,
             proc_devices=procfs / "devices",
             per_process=per_process,
-            root_cgroup_id=root.stat().st_ino,
         )
+        attached = time.monotonic()
         index = CgroupIdIndex(root)
         index.walk()
         log.info("eBPF activity source loaded: %s; cgroup v2 at %s", loaded.info.describe(), root)
+        if loaded.info.task_runtime:
+            # every CPU's slice opened before the first read takes its baseline (bpf/activity.c
+            # name_slice): no time from before that read is ever charged
+            time.sleep(max(0.0, SLICES_OPEN_S - (time.monotonic() - attached)))
         return cls(loaded, procfs, index, cgroupns_root=namespace_root(cgroupfs))
 
     def close(self) -> None:
@@ -266,21 +281,17 @@ class EbpfSource:
             for k, v in self._items(self._tasks)
         ]
         running_read_ns = self._monotonic_ns()
-        # a slot is only trusted if two reads agree: a switch between them (or during one,
-        # tearing start from tid) changes start_ns
-        first = [
-            (s.start_ns, s.tid, s.pending_key, s.pending_ns) for s in self._running.getvalue(0)
-        ]
-        second = [
-            (s.start_ns, s.tid, s.pending_key, s.pending_ns) for s in self._running.getvalue(0)
-        ]
-        running = [
-            RunningSlice(tid, start, pending_key, pending_ns)
-            for (start, tid, pending_key, pending_ns), again in zip(first, second, strict=True)
-            if (start, tid, pending_key, pending_ns) == again
-        ]
-        if self._pending is not None:
-            running += self._pending_sums()
+        running: list[RunningSlice] = []
+        if self._running is not None:
+            # a slot is only trusted if two reads agree: a switch between them (or during one,
+            # tearing start from tid) changes start_ns
+            first = [(s.start_ns, s.tid) for s in self._running.getvalue(0)]
+            second = [(s.start_ns, s.tid) for s in self._running.getvalue(0)]
+            running = [
+                RunningSlice(tid, start)
+                for (start, tid), again in zip(first, second, strict=True)
+                if (start, tid) == again
+            ]
         runtimes = None
         if self.info.task_runtime:
             runtimes = {}
@@ -297,22 +308,6 @@ class EbpfSource:
             seen_at=seen_at,
             runtimes=runtimes,
         )
-
-    def _pending_sums(self) -> list[RunningSlice]:
-        """The per-CPU sums not yet in the exited map, as slot-less slices (tid 0: nothing in
-        flight), read after that map: a sum moved there meanwhile is missed by this read (the
-        kernel empties the slot first), never counted twice."""
-        assert self._pending is not None
-        try:
-            rows = self._pending.values_batch()
-        except OSError:  # no batch operations (before 5.6): key by key
-            rows = [self._pending.getvalue(i) for i in range(self._pending.max_entries)]
-        return [
-            RunningSlice(0, 0, int(slot.key), int(slot.ns))
-            for row in rows
-            for slot in row
-            if slot.ns
-        ]
 
     def _learn_cgroup_paths(self) -> None:
         if self._cgroup_paths is None:
@@ -434,7 +429,7 @@ def probe(config: Config, _earlier: Sequence[CheckResult], _context: BuildContex
     except SourceError as exc:
         return Finding.failed(exc, FIXES.get(exc.reason, ""))
     info = source.info
-    items = [f"tracepoint {t}" for t in info.tracepoints]
+    items = info.programs()
     items += [f"missing (optional): {t}" for t in info.missing_optional]
     items += [f"off: {t}" for t in info.switched_off]
     items += [f"kernel headers: {info.headers.describe()}", f"compiled in {info.compile_s:.2f}s"]
