@@ -216,6 +216,13 @@ static __always_inline void account(u32 tgid, u64 ns, u64 nv, u64 drm, bool exit
 
 #define TASK_U64(task, off) (*(u64 *)((char *)(task) + (off)))
 
+// Until userspace has taken its first reading (its baseline) it leaves [0] at 0, and each switch
+// names the incoming thread at once (one more probe read of next->pid): every slice running at
+// that reading is then named, and userspace can set aside what it had run before (issue 37's
+// over-count: a slice that ran across the baseline unnamed was later counted whole). Afterwards
+// a switch pays one load of [0] for it.
+BPF_ARRAY(baseline_read, u64, 1);
+
 // ns the current (outgoing) task `prev` ran in the slice that ends now
 static __always_inline u64 runtime_delta(struct slice *s, u64 prev) {
     if (s->task != prev)
@@ -258,7 +265,7 @@ int name_slice(struct bpf_perf_event_data *ctx) {
 #define tgid_of(id) ((u32)((id) >> 32))
 
 // prev, next, next_start: with WATTPROBE_TASK_RUNTIME, the outgoing and incoming tasks and the
-// incoming one's runtime now
+// incoming one's runtime now; next_tid there: the incoming thread when named at once (0: not)
 static __always_inline void switch_slice(u64 id, u64 next_tid, bool exiting, u64 prev, u64 next,
                                          u64 next_start) {
     u32 zero = 0;
@@ -273,6 +280,8 @@ static __always_inline void switch_slice(u64 id, u64 next_tid, bool exiting, u64
         *(volatile u64 *)&s->tid = 0;
     *(volatile u64 *)&s->start_ns = next_start;
     s->task = next;
+    if (next_tid)
+        *(volatile u64 *)&s->tid = next_tid;
 #else
     u64 now = bpf_ktime_get_ns();
     u64 start = s->start_ns;
@@ -354,7 +363,11 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     u64 next_start = 0;
     bpf_probe_read_kernel(&next_start, sizeof(next_start),
                           (void *)(next + WATTPROBE_OFF_SUM_EXEC));
-    switch_slice(bpf_get_current_pid_tgid(), 0, dead, ctx->args[1], next, next_start);
+    u32 zero = 0, next_tid = 0;
+    u64 *baseline = baseline_read.lookup(&zero);
+    if (baseline && !*baseline)
+        bpf_probe_read_kernel(&next_tid, sizeof(next_tid), (void *)(next + WATTPROBE_OFF_TASK_PID));
+    switch_slice(bpf_get_current_pid_tgid(), next_tid, dead, ctx->args[1], next, next_start);
     return 0;
 #else
     u64 prev = ctx->args[1];

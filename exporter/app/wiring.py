@@ -49,17 +49,17 @@ class KernelTotals:
 
     def __init__(self, cpu: ActivitySource, probes: EbpfSource) -> None:
         self.name = probes.name  # what the node runs: eBPF, with the kernel's totals
+        self.probes = probes
         self._cpu = cpu
-        self._probes = probes
 
     def tasks(self) -> list[TaskSample]:
-        return [*self._cpu.tasks(), *self._probes.tasks()]
+        return [*self._cpu.tasks(), *self.probes.tasks()]
 
     def map_stats(self) -> Sequence[MapStats]:
-        return self._probes.map_stats()
+        return self.probes.map_stats()
 
     def close(self) -> None:
-        self._probes.close()
+        self.probes.close()
 
 
 def activity_source(

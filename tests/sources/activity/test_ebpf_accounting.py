@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from exporter.model.readings import TaskKey, TaskSample
 from exporter.sources.activity.ebpf.accounting import (
     EXITED_COMM,
-    EXITED_FORGET_READS,
     EXITED_QUIET_READS,
     TOMBSTONE_GRACE_NS,
     Accounting,
@@ -46,17 +45,17 @@ class Entry:
     folded_ns: int = 0
     folded_ioctls: list[int] = field(default_factory=lambda: [0, 0])
     execs: int = 0
+    tombstone_read: bool = False  # userspace has read it since the fold (no straggler after)
 
 
 class ModelKernel:
     """The maps and programs of bpf/activity.c, one event at a time.
 
-    per_cgroup: WATTPROBE_PER_CGROUP, where a process gets an entry only with its first GPU
-    ioctl and everything else is summed per cgroup in the exited map."""
+    ioctls_only: the default build (no WATTPROBE_PER_PROCESS): no program on sched_switch, a
+    process gets an entry with its first GPU ioctl, which goes straight to it."""
 
-    def __init__(self, *, per_cgroup: bool = False, ncpu: int = 2) -> None:
-        self.per_cgroup = per_cgroup
-        self.pending = [[0, 0] for _ in range(ncpu)]  # per CPU: key, ns not yet in exited
+    def __init__(self, *, ioctls_only: bool = False) -> None:
+        self.ioctls_only = ioctls_only
         self.tasks: dict[int, Entry] = {}
         self.exited: dict[int, list[int]] = {}  # cgroup -> [ns, nvidia, drm]
         self.mono_ns = 1_000_000_000
@@ -71,21 +70,10 @@ class ModelKernel:
         e[1] += ioctls[NVIDIA]
         e[2] += ioctls[DRM]
 
-    def account(
-        self, tgid: int, cgroup_id: int, ns: int, ioctls: list[int], exiting: bool, *, cpu: int = 0
-    ) -> None:
+    def account(self, tgid: int, cgroup_id: int, ns: int, ioctls: list[int], exiting: bool) -> None:
         """A slice that ended on cpu, with the GPU ioctls counted during it (switch_slice)."""
+        assert not self.ioctls_only, "the default build has no sched_switch program"
         v = self.tasks.get(tgid)
-        if self.per_cgroup and v is None and not any(ioctls):
-            # not tracked: its cgroup's sum, through the CPU's pending sum
-            slot = self.pending[cpu]
-            if slot[0] != cgroup_id:
-                if slot[1]:
-                    self._exited(slot[0], slot[1], [0, 0])
-                slot[0], slot[1] = cgroup_id, ns
-            else:
-                slot[1] += ns
-            return
         if v is None:
             if exiting:
                 self._exited(cgroup_id, ns, ioctls)
@@ -99,10 +87,20 @@ class ModelKernel:
         v.ioctls[NVIDIA] += ioctls[NVIDIA]
         v.ioctls[DRM] += ioctls[DRM]
 
+    def ioctl(self, tgid: int, cgroup_id: int, drv: int) -> None:
+        """The default build's ioctl probe: straight to the process's entry (live_entry)."""
+        v = self.tasks.get(tgid)
+        if v is None:
+            v = self.tasks[tgid] = Entry(self.boot_ns, cgroup_id)
+        if v.dead_ns:
+            self._exited(cgroup_id, 0, [int(drv == NVIDIA), int(drv == DRM)])
+            return
+        v.ioctls[drv] += 1
+
     def process_exit(self, tgid: int, cgroup_id: int) -> None:
         v = self.tasks.get(tgid)
-        if v is None and self.per_cgroup:
-            return  # not tracked: nothing to fold
+        if v is None and self.ioctls_only:
+            return  # never made a GPU ioctl: nothing to fold
         if v is None:
             self.tasks[tgid] = Entry(self.boot_ns, cgroup_id, dead_ns=self.boot_ns)
             return
@@ -116,9 +114,10 @@ class ModelKernel:
         e[2] += v.ioctls[1]
 
     def straggle(self, tgid: int, ns: int) -> bool:
-        """Another CPU's add that raced the fold and landed in the tombstone."""
+        """Another CPU's add that raced the fold and landed in the tombstone. It races the fold
+        itself (microseconds), so it lands before userspace has read the tombstone."""
         v = self.tasks.get(tgid)
-        if v is None or not v.dead_ns:
+        if v is None or not v.dead_ns or v.tombstone_read:
             return False
         v.on_cpu_ns += ns
         return True
@@ -156,10 +155,10 @@ class World:
         ncpu: int = 2,
         *,
         raw: bool = False,
-        per_cgroup: bool = False,
+        ioctls_only: bool = False,
         task_runtime: bool = False,
     ) -> None:
-        self.kernel = ModelKernel(per_cgroup=per_cgroup, ncpu=ncpu)
+        self.kernel = ModelKernel(ioctls_only=ioctls_only)
         self.raw = raw
         # WATTPROBE_TASK_RUNTIME: slots hold the task's runtime when it was switched in, and
         # userspace reads each running thread's runtime (schedstat); a task's runtime is modelled
@@ -174,7 +173,10 @@ class World:
         self.counted_ns: dict[int, float] = {}
         self.counted_ioctls: dict[int, list[int]] = {}
         self.prev: dict[TaskKey, TaskSample] = {}
-        self.accounting = Accounting(self, self, per_process=not per_cgroup)
+        # the consumer below counts from the load (its truth does), not from a first-read baseline
+        self.accounting = Accounting(
+            self, self, per_process=not ioctls_only, first_read_is_baseline=False
+        )
         self.reads = 0
 
     # -- ProcessTable / CgroupPaths for the accounting -------------------------------------
@@ -223,8 +225,9 @@ class World:
         if prev:
             p = self.procs.get(prev)
             cgroup_id, dead = (p.cgroup_id, not p.alive) if p else (0, True)
-            self.kernel.account(prev, cgroup_id, now - start, self.pending[cpu], dead, cpu=cpu)
-            self._truth(cgroup_id, now - start)
+            if not self.kernel.ioctls_only:  # the default build has no sched_switch program
+                self.kernel.account(prev, cgroup_id, now - start, self.pending[cpu], dead)
+                self._truth(cgroup_id, now - start)
             if dead:
                 self.seen.discard(prev)  # its last switch empties its slot
             else:
@@ -247,7 +250,10 @@ class World:
         if p is None:
             return
         cpu = next(c for c, (t, _) in enumerate(self.cpus) if t == tgid)
-        self.pending[cpu][drv] += 1
+        if self.kernel.ioctls_only:
+            self.kernel.ioctl(tgid, p.cgroup_id, drv)
+        else:
+            self.pending[cpu][drv] += 1
         self.truth_ioctls.setdefault(p.cgroup_id, [0, 0])[drv] += 1
 
     def exit(self, tgid: int) -> None:
@@ -263,7 +269,8 @@ class World:
         """Another thread of a process that just died, finishing do_exit elsewhere."""
         p = self.procs.get(tgid)
         if (
-            p is None
+            self.kernel.ioctls_only
+            or p is None
             or p.alive
             or self.kernel.boot_ns - self._dead_ns(tgid) > TOMBSTONE_GRACE_NS // 2
         ):
@@ -286,13 +293,12 @@ class World:
             del self.procs[tgid]
 
     def move(self, tgid: int, cgroup_id: int) -> None:
-        """Per-cgroup mode: a process without an entry moved to another cgroup while off the CPU
-        (each slice goes to the cgroup it ran in: exact). A running process's slice in flight
-        may have been credited to the old cgroup, and a tracked process's entry is credited to
-        its cgroup at the read (docs/ebpf.md, Limits): neither is exact, so neither is drawn."""
+        """The default build: a process without an entry moved to another cgroup while off the
+        CPU (its later ioctls go to its new cgroup: exact). A tracked process's entry is
+        credited to its cgroup at the read (docs/ebpf.md, Limits): not exact, so not drawn."""
         p = self.procs.get(tgid)
         if (
-            not self.kernel.per_cgroup
+            not self.kernel.ioctls_only
             or p is None
             or not p.alive
             or tgid in self.kernel.tasks
@@ -345,19 +351,19 @@ class World:
             )
             for pid, e in k.tasks.items()
         ]
+        for e in k.tasks.values():
+            e.tombstone_read = e.tombstone_read or bool(e.dead_ns)
         meanwhile(1)
-        running = [
-            RunningSlice(self._named(t), s, *k.pending[cpu]) for cpu, (t, s) in enumerate(self.cpus)
-        ]
+        running = (
+            []
+            if k.ioctls_only  # no running slots in the default build
+            else [RunningSlice(self._named(t), s) for t, s in self.cpus]
+        )
         runtimes = None
         if self.task_runtime:
             # a fresh task starts at runtime 0: a valid start, unlike the clock's 0
             running = [
-                RunningSlice(
-                    r.tid, r.start_ns - RUNTIME_LAG_NS * r.tid, r.pending_key, r.pending_ns
-                )
-                if r.tid
-                else r
+                RunningSlice(r.tid, r.start_ns - RUNTIME_LAG_NS * r.tid) if r.tid else r
                 for r in running
             ]
             runtimes = {r.tid: k.mono_ns - RUNTIME_LAG_NS * r.tid for r in running if r.tid}
@@ -406,7 +412,7 @@ class World:
         now = self.kernel.mono_ns
         happened = dict(self.truth_ns)
         for tgid, since in self.cpus:
-            if tgid and tgid in self.procs:
+            if tgid and tgid in self.procs and not self.kernel.ioctls_only:
                 c = self.procs[tgid].cgroup_id
                 happened[c] = happened.get(c, 0) + now - since
         for c, seconds in self.counted_ns.items():
@@ -466,9 +472,11 @@ def run(world: World, ops: list[tuple[object, ...]]) -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(OPS, max_size=120), st.booleans(), st.booleans())
 def test_every_nanosecond_and_ioctl_counted_once(
-    ops: list[tuple[object, ...]], raw: bool, per_cgroup: bool
+    ops: list[tuple[object, ...]], raw: bool, ioctls_only: bool
 ) -> None:
-    world = World(raw=raw, per_cgroup=per_cgroup)
+    """Per-process build: every nanosecond and ioctl; default build: every ioctl, and no CPU
+    time at all (the cgroups' own totals carry it)."""
+    world = World(raw=raw, ioctls_only=ioctls_only)
     run(world, ops)
     world.settle()
     for c in set(world.truth_ns) | set(world.counted_ns):
@@ -480,31 +488,26 @@ def test_every_nanosecond_and_ioctl_counted_once(
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(OPS, max_size=120), st.booleans())
-def test_per_cgroup_sums_equal_the_per_process_path(
+def test_default_build_counts_the_same_ioctls_as_the_per_process_path(
     ops: list[tuple[object, ...]], raw: bool
 ) -> None:
     """The same churning schedule (moves left out: the per-process path credits a moved
-    process's interval to its new cgroup) through both kernels: equal totals per cgroup at every
-    read, not only at the end, and per-cgroup mode reads far fewer task entries."""
+    process's interval to its new cgroup) through both builds: equal ioctls per cgroup, no CPU
+    time from the default build, and only processes that made a GPU ioctl have an entry."""
     ops = [op for op in ops if op[0] != "move"]
-    per_process, per_cgroup = World(raw=raw), World(raw=raw, per_cgroup=True)
+    per_process, default = World(raw=raw), World(raw=raw, ioctls_only=True)
     for op in ops:
         name, *args = op
-        for world in (per_process, per_cgroup):
+        for world in (per_process, default):
             getattr(world, str(name))(*args)
         if name in ("read", "read_torn"):
-            # reads can lag (a slice in flight is credited where it is named), never lead:
-            # both are checked against the truth after each read (_never_ahead)
-            assert len(per_cgroup.kernel.tasks) <= len(per_process.kernel.tasks)
-    for world in (per_process, per_cgroup):
+            assert len(default.kernel.tasks) <= len(per_process.kernel.tasks)
+            assert all(sum(e.ioctls) for e in default.kernel.tasks.values() if not e.dead_ns)
+    for world in (per_process, default):
         world.settle()
-    cgroups = set(per_process.counted_ns) | set(per_cgroup.counted_ns)
-    for c in cgroups:
-        a, b = per_process.counted_ns.get(c, 0.0), per_cgroup.counted_ns.get(c, 0.0)
-        assert a * 1e9 == _approx(int(b * 1e9)), c
-        assert per_process.counted_ioctls.get(c, [0, 0]) == per_cgroup.counted_ioctls.get(
-            c, [0, 0]
-        ), c
+    assert not any(default.counted_ns.values())
+    for c in set(per_process.counted_ioctls) | set(default.counted_ioctls):
+        assert per_process.counted_ioctls.get(c, [0, 0]) == default.counted_ioctls.get(c, [0, 0]), c
 
 
 def _approx(ns: int) -> object:
@@ -753,77 +756,51 @@ def test_fold_while_the_maps_are_read_is_counted_late_never_twice() -> None:
     assert w.counted_ns[1] * 1e9 == _approx(15_000_000)
 
 
-@pytest.mark.parametrize("task_runtime", [False, True], ids=["clock", "task-runtime"])
-def test_per_cgroup_time_in_flight_is_counted_in_the_cgroup_sum(task_runtime: bool) -> None:
-    """Per-cgroup mode: a running process without an entry is credited in its cgroup's sum
-    while its slice runs, no entry is made for it, and the end of the slice adds only the rest."""
-    w = World(per_cgroup=True, task_runtime=task_runtime)
+def test_default_build_a_gpu_ioctl_makes_an_entry_with_ioctls_alone() -> None:
+    """From its first GPU ioctl a process has its own entry (GPU attribution needs its ioctls by
+    PID), with no CPU time: that stays with its cgroup's own total, read beside the probes. When
+    it ends, its ioctls fold into its cgroup's exited total, counted once."""
+    w = World(ioctls_only=True)
     w.spawn(100, 1)
-    w.spawn(101, 2)
+    w.spawn(101, 1)
     w.switch(0, 100)
     w.switch(1, 101)
-    w.advance(1_000_000_000)
-    w.switch(1, 0)  # 101 ends a one-second slice: cgroup 2's sum
-    w.advance(3_000_000_000)
-    cg1 = samples_by_key(w.read())
-    assert not w.kernel.tasks, "no entry for a process that made no GPU ioctl"
-    assert cg1[(0, 1)].cpu_seconds == 4.0  # in flight, from the running slot
-    assert cg1[(0, 2)].cpu_seconds == 1.0
-    w.advance(1_000_000_000)
-    w.switch(0, 0)
-    assert samples_by_key(w.read())[(0, 1)].cpu_seconds == 5.0
-    assert w.counted_ns == {1: 5.0, 2: 1.0}
-
-
-def test_per_cgroup_a_gpu_ioctl_makes_a_process_tracked() -> None:
-    """From its first GPU ioctl a process has its own entry (GPU attribution needs its ioctls by
-    PID); its CPU before that stays in its cgroup's sum, and nothing is counted twice."""
-    w = World(per_cgroup=True)
-    w.spawn(100, 1)
-    w.switch(0, 100)
     w.advance(2_000_000_000)
-    w.switch(0, 0)  # two seconds untracked: the cgroup's sum
-    w.switch(0, 100)
-    w.advance(1_000_000_000)
+    assert w.read() == []
+    assert not w.kernel.tasks, "no entry for a process that made no GPU ioctl"
     w.ioctl(100, NVIDIA)
     w.ioctl(100, NVIDIA)
-    w.switch(0, 0)  # the slice with the ioctls: the new entry
     by_key = samples_by_key(w.read())
     start_ticks = w.procs[100].start_boot_ns // TICK_NS
     tracked = by_key[(100, start_ticks)]
-    assert (tracked.pid, tracked.cpu_seconds, tracked.gpu_ioctls) == (100, 1.0, (("nvidia", 2),))
-    assert by_key[(0, 1)].cpu_seconds == 2.0
-    w.switch(0, 100)
-    w.advance(500_000_000)
+    assert (tracked.pid, tracked.cpu_seconds, tracked.gpu_ioctls) == (100, 0.0, (("nvidia", 2),))
+    assert list(by_key) == [(100, start_ticks)]
+    w.ioctl(100, DRM)
     w.exit(100)
     w.switch(0, 0)
     w.reap(100)
     for _ in range(3):
         w.advance(2 * TOMBSTONE_GRACE_NS)
         w.read()
-    assert w.counted_ns == {1: 3.5}
-    assert w.counted_ioctls == {1: [2, 0]}
+    assert w.counted_ioctls == {1: [2, 1]}
+    assert not any(w.counted_ns.values())
     assert not w.kernel.tasks
 
 
-def test_per_cgroup_pending_sum_of_an_idle_cpu_is_counted_once() -> None:
-    """A CPU that idles after a container's slice keeps that slice in its pending sum (nothing
-    moves it to the map): it is reported at once, and still counted once after the ledger
-    would otherwise be forgotten, and once more slices of other cgroups move it to the map."""
-    w = World(per_cgroup=True)
+def test_time_before_the_first_read_never_reaches_a_key_that_appears_later() -> None:
+    """The monitor takes the first read as its baseline. A process on a CPU since before the
+    load has no entry at that read; its key appears at the next one, which the monitor counts
+    whole: what its slice had run by the first read is set aside (issue 37's over-count)."""
+    w = World(task_runtime=True)
+    w.accounting = Accounting(w, w)  # the default: the first read is the baseline
     w.spawn(100, 1)
     w.switch(0, 100)
+    w.advance(3_000_000_000)
+    assert w.read() == []  # the baseline; userspace makes the entry
     w.advance(1_000_000_000)
-    w.switch(0, 0)
-    assert w.kernel.pending[0] == [1, 1_000_000_000] and not w.kernel.exited
-    for _ in range(EXITED_FORGET_READS + 5):
-        w.advance(1_000_000_000)
-        w.read()
-    assert w.counted_ns == {1: 1.0}
-    w.spawn(101, 2)
-    w.switch(0, 101)
-    w.advance(1_000_000_000)
-    w.switch(0, 0)  # another key on the same CPU: cgroup 1's second moves to the map
-    assert w.kernel.exited == {1: [1_000_000_000, 0, 0]}
-    w.read()
-    assert w.counted_ns == {1: 1.0, 2: 1.0}
+    (sample,) = w.read()
+    assert sample.cpu_seconds == 1.0  # the second after the baseline, not 4
+    w.advance(500_000_000)
+    w.switch(0, 0)  # the kernel adds the whole 4.5 s slice to the entry
+    (sample,) = w.read()
+    assert sample.cpu_seconds == 1.5

@@ -1,13 +1,15 @@
-"""Per-cgroup sums in the kernel (WATTPROBE_PER_CGROUP) against the per-process path and the
-kernel's own cpu.stat, with the real probes on real cgroup v2 directories.
+"""The eBPF activity source on real cgroup v2 directories laid out like the kubelet's, against
+the kernel's own ground truth: each cgroup's cpu.stat usage_usec and each process's schedstat.
 
-Both versions of the probes are loaded at once (two sets of programs on the same hooks) and see
-the same churning workload: a half-busy process, short-lived processes exiting between reads, a
-process that moves itself between two cgroups, and a process issuing GPU ioctls (which makes it
-"tracked": its own entry in per-cgroup mode) and is killed mid-interval. Each source is read
-every 0.3 s and its samples consumed as the monitor does (deltas per task key against the
-previous read); the sums per cgroup must agree with each other and with each cgroup's
-cpu.stat usage_usec, and the ioctl counts exactly.
+- The default (no program on sched_switch): per-container CPU is the cgroups' own totals, read
+  beside the probes' GPU ioctls (exporter/app/wiring.py KernelTotals), through the monitor:
+  a steady process, a fork loop, three threads, a process moving itself between two containers
+  and a GPU process killed mid-interval, each container equal to its cpu.stat within 0.1 % or
+  1 ms, and the ioctls exact.
+- Per-process mode (--collector.process, the sched_switch program): every process equal to its
+  schedstat within 1 %, each cgroup to its cpu.stat.
+- Long slices: a SCHED_FIFO spinner that never blocks (only RT throttling takes it off its CPU,
+  every ~0.95 s), running since before the probes load, read mid-slice and after.
 
 Needs root, bcc, tracefs, kernel headers, kernel BTF and cgroup v2 (tests/support/ebpfparts.py): a
 missing part skips locally and fails in CI.
@@ -16,22 +18,27 @@ missing part skips locally and fails in CI.
 from __future__ import annotations
 
 import contextlib
-import secrets
+import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from exporter.app.wiring import KernelTotals, build
+from exporter.model.config import ActivitySource, Config, GpuIoctls, PodSource
 from exporter.model.readings import TaskKey, TaskSample
+from exporter.model.snapshot import Snapshot
 from exporter.sources.activity.ebpf.source import EbpfSource
 from tests.support.ebpfparts import require_ebpf
 from tests.support.gpunodes import ISSUE_SCRIPT, make_gpu_nodes
-from tests.support.kubecgroups import empty_and_remove, v2_root
+from tests.support.kubecgroups import KubeContainer, kube_container
+from tests.support.realparts import missing
 from tests.support.running import parse_samples, select, start_exporter
 
 pytestmark = pytest.mark.real
@@ -40,16 +47,15 @@ PROCFS = Path("/proc")
 CGROUPFS = Path("/sys/fs/cgroup")
 RUN_S = 2.5
 READ_EVERY_S = 0.3
+EXACT_REL, EXACT_ABS = 0.001, 0.001  # issue 37's goal: cpu.stat within 0.1 % or 1 ms
 
-# argv: mode, seconds, cgroup.procs of the first cgroup, of the second (mover only).
+# argv: mode, seconds, then for the mover the cgroup.procs files of its two containers.
 # busy: 10 ms on, 10 ms off. churn: forks children that burn 15 ms each and exit (most of
-# them live and die between two reads). threads: three threads burning 4 ms and sleeping 2 ms
-# (they also hand the GIL to each other: many switches between threads of one process).
-# mover: burns 30 ms, sleeps 1 ms (so the move starts a fresh slice), moves itself into the
-# other cgroup, and so on.
+# them live and die between two reads). threads: three threads burning 4 ms and sleeping 2 ms.
+# mover: burns 30 ms, sleeps 1 ms, moves itself into the other container, and so on.
 WORKLOAD = """
 import os, sys, time
-mode, seconds, here = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+mode, seconds = sys.argv[1], float(sys.argv[2])
 def burn(s):
     end = time.thread_time() + s
     while time.thread_time() < end:
@@ -79,8 +85,7 @@ elif mode == "threads":
     for th in threads:
         th.join()
 elif mode == "mover":
-    there = sys.argv[4]
-    places = [here, there]
+    places = [sys.argv[3], sys.argv[4]]
     i = 0
     while time.monotonic() < stop:
         burn(0.03)
@@ -91,128 +96,116 @@ elif mode == "mover":
 """
 
 
-class Consumer:
-    """Sums a source's samples per cgroup the way the monitor takes deltas per task key."""
+def usage_s(c: KubeContainer) -> float:
+    for line in (c.path / "cpu.stat").read_text().splitlines():
+        if line.startswith("usage_usec "):
+            return int(line.split()[1]) / 1e6
+    raise AssertionError(f"no usage_usec in {c.path}/cpu.stat")
 
-    def __init__(self) -> None:
-        self.prev: dict[TaskKey, TaskSample] = {}
-        self.cpu: defaultdict[str, float] = defaultdict(float)
-        self.ioctls: defaultdict[str, dict[str, int]] = defaultdict(dict)
-        self.kernel_thread_keys: set[TaskKey] = set()
-        self.pids: defaultdict[str, set[int]] = defaultdict(set)
-        self.unplaced = 0.0  # seconds of non-kernel-thread samples without a cgroup path
 
-    def take(self, samples: list[TaskSample]) -> None:
-        for s in samples:
-            before = self.prev.get(s.key)
-            delta = s.cpu_seconds - (before.cpu_seconds if before else 0.0)
-            self.cpu[s.cgroup] += delta
-            if not s.cgroup and not s.kernel_thread:
-                self.unplaced += delta
-            old = dict(before.gpu_ioctls) if before else {}
-            counts = self.ioctls[s.cgroup]
-            for driver, n in s.gpu_ioctls:
-                counts[driver] = counts.get(driver, 0) + n - old.get(driver, 0)
-            if s.kernel_thread:
-                self.kernel_thread_keys.add(s.key)
-            if s.pid:
-                self.pids[s.cgroup].add(s.pid)
-        self.prev = {s.key: s for s in samples}
+def schedstat_s(pid: int) -> float:
+    """The kernel's runtime of every thread of a live process (se.sum_exec_runtime)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(FileNotFoundError):
+            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+    return total / 1e9
+
+
+def start(c: KubeContainer, argv: list[str], stdout: int | None = None) -> subprocess.Popen[str]:
+    # the child joins before exec: all of its run time is inside (the test starts no threads)
+    return subprocess.Popen(argv, preexec_fn=c.join, text=True, stdout=stdout)  # noqa: PLW1509
 
 
 @contextlib.contextmanager
-def cgroups(names: list[str]) -> Iterator[dict[str, Path]]:
-    base = v2_root() / f"wattprobe-i22-{secrets.token_hex(4)}"
-    base.mkdir()
-    made = {n: base / n for n in names}
-    try:
-        for d in made.values():
-            d.mkdir()
-        yield made
-    finally:
-        for d in made.values():
-            if d.exists():
-                empty_and_remove(d)
-        empty_and_remove(base)
+def containers(n: int) -> Iterator[list[KubeContainer]]:
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(kube_container()) for _ in range(n)]
 
 
-def usage_s(cgroup: Path) -> float:
-    for line in (cgroup / "cpu.stat").read_text().splitlines():
-        if line.startswith("usage_usec "):
-            return int(line.split()[1]) / 1e6
-    raise AssertionError(f"no usage_usec in {cgroup}/cpu.stat")
+def container_cpu(snap: Snapshot, cid: str) -> float:
+    return sum(c.cpu_seconds for c in snap.containers if c.container_id == cid)
 
 
-def start(cmd: list[str], cgroup: Path, *, stdout: int | None = None) -> subprocess.Popen[str]:
-    procs = str(cgroup / "cgroup.procs")
-
-    def join() -> None:
-        with open(procs, "w") as f:
-            f.write("0")  # "0": the writing process itself
-
-    # the child joins before exec: all of its run time is inside (no threads here)
-    return subprocess.Popen(cmd, preexec_fn=join, stdout=stdout, text=True)  # noqa: PLW1509
+def container_ioctls(snap: Snapshot, cid: str) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for c in snap.containers:
+        if c.container_id == cid:
+            for driver, n in c.gpu_ioctls:
+                out[driver] += n
+    return dict(out)
 
 
-@pytest.mark.parametrize("raw", [True, False], ids=["raw", "classic"])
-def test_per_cgroup_sums_equal_per_process_sums_and_cpu_stat(raw: bool) -> None:
-    """raw: the raw sched_switch program, which caches each task's key in its task-cache slot
-    (taken again after any cgroup move); classic: the fallback, which takes it every switch."""
+def test_default_bills_each_container_its_cpu_stat() -> None:
+    """The default: no sched_switch program; each container exactly what its cgroup's cpu.stat
+    says, whatever its processes do; GPU ioctls per container exact and by PID."""
     require_ebpf()
     if not Path("/sys/kernel/btf/vmlinux").is_file():
-        pytest.skip("no kernel BTF: the ioctl probe and kernel threads apart need it")
-    per_process = EbpfSource.start(PROCFS, CGROUPFS, gpu_ioctls=True, per_process=True)
+        missing("kernel BTF (the ioctl probe needs it)")
+    config = Config(
+        activity_source=ActivitySource.EBPF,
+        pod_source=PodSource.NONE,
+        ebpf_gpu_ioctls=GpuIoctls.ON,  # this machine has no GPU device nodes (auto: off)
+    )
+    parts = build(config)
     try:
-        per_cgroup = EbpfSource.start(
-            PROCFS, CGROUPFS, gpu_ioctls=True, per_process=False, raw_switch=raw
-        )
-        try:
-            _compare(per_process, per_cgroup)
-        finally:
-            per_cgroup.close()
+        assert isinstance(parts.activity, KernelTotals)
+        probes = parts.activity.probes
+        assert probes.info.switch_probe == "none" and not probes.info.per_process
+        assert "sched:sched_switch" not in probes.info.tracepoints
+        seen: list[TaskSample] = []
+        read = parts.activity.tasks
+
+        def recorded() -> list[TaskSample]:
+            samples = read()
+            seen.extend(samples)
+            return samples
+
+        parts.activity.tasks = recorded  # type: ignore[method-assign]
+        gpu_pid = _default_run(parts.monitor.step)
+        # the GPU process had its own key (its PID is what GPU attribution uses), no other
+        assert {s.pid for s in seen if s.gpu_ioctls and s.pid} == {gpu_pid}
     finally:
-        per_process.close()
+        parts.close()
 
 
-def _compare(per_process: EbpfSource, per_cgroup: EbpfSource) -> None:
-    assert per_process.info.per_process and not per_cgroup.info.per_process
-    assert per_cgroup.info.kernel_threads_apart
-    a, b = Consumer(), Consumer()
-    a.take(per_process.tasks())
-    b.take(per_cgroup.tasks())
+def _default_run(step: Callable[[], Snapshot]) -> int:
+    """Runs the workload, checks each container against cpu.stat; returns the GPU process's
+    PID."""
     names = ["busy", "churn", "threads", "move1", "move2", "gpu"]
-    with cgroups(names) as cg, tempfile.TemporaryDirectory() as tmp:
+    with containers(len(names)) as made, tempfile.TemporaryDirectory() as tmp:
+        cg = dict(zip(names, made, strict=True))
+        step()  # the baseline: every container is empty
         nodes = make_gpu_nodes(Path(tmp))
-        py = sys.executable
-        run = str(RUN_S)
+        py, run = sys.executable, str(RUN_S)
         procs = [
-            start([py, "-c", WORKLOAD, "busy", run, "-"], cg["busy"]),
-            start([py, "-c", WORKLOAD, "churn", run, "-"], cg["churn"]),
-            start([py, "-c", WORKLOAD, "threads", run, "-"], cg["threads"]),
+            start(cg["busy"], [py, "-c", WORKLOAD, "busy", run]),
+            start(cg["churn"], [py, "-c", WORKLOAD, "churn", run]),
+            start(cg["threads"], [py, "-c", WORKLOAD, "threads", run]),
             start(
+                cg["move1"],
                 [
                     py,
                     "-c",
                     WORKLOAD,
                     "mover",
                     run,
-                    str(cg["move1"] / "cgroup.procs"),
-                    str(cg["move2"] / "cgroup.procs"),
+                    str(cg["move1"].path / "cgroup.procs"),
+                    str(cg["move2"].path / "cgroup.procs"),
                 ],
-                cg["move1"],
             ),
         ]
         gpu = start(
-            [py, "-c", ISSUE_SCRIPT, str(nodes.directory), "300", "100", "5"],
             cg["gpu"],
+            [py, "-c", ISSUE_SCRIPT, str(nodes.directory), "300", "100", "5"],
             stdout=subprocess.PIPE,
         )
         deadline = time.monotonic() + RUN_S + 30
         gpu_killed = False
+        snap: Snapshot | None = None
         while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
             time.sleep(READ_EVERY_S)
-            a.take(per_process.tasks())
-            b.take(per_cgroup.tasks())
+            snap = step()
             if not gpu_killed and time.monotonic() > deadline - 30 - RUN_S / 2:
                 assert gpu.stdout is not None
                 gpu.stdout.readline()  # it has issued its ioctls
@@ -224,69 +217,129 @@ def _compare(per_process: EbpfSource, per_cgroup: EbpfSource) -> None:
         if not gpu_killed:
             gpu.kill()
             gpu.wait(timeout=10)
-        # tombstones are settled one second after the exit; exited totals are read after
+        # the containers are empty and still there: the next reads take in the last work
         for _ in range(3):
             time.sleep(1.1)
-            a.take(per_process.tasks())
-            b.take(per_cgroup.tasks())
-        truth = {n: usage_s(d) for n, d in cg.items()}
-        paths = {n: "/" + str(d.relative_to(v2_root())) for n, d in cg.items()}
-        entries = {s.map: s.entries for s in per_cgroup.map_stats()}
+            snap = step()
+        truth = {n: usage_s(c) for n, c in cg.items()}
+    assert snap is not None
+    for name, c in cg.items():
+        got, want = container_cpu(snap, c.container_id), truth[name]
+        print(f"{name}: billed {got:.6f} s, cpu.stat {want:.6f} s")
+        assert want > 0.005, (name, want)
+        assert got == pytest.approx(want, rel=EXACT_REL, abs=EXACT_ABS), (name, got, want)
+    assert container_ioctls(snap, cg["gpu"].container_id) == {"nvidia": 300, "drm": 100}
+    assert all(not container_ioctls(snap, c.container_id) for n, c in cg.items() if n != "gpu")
+    return gpu.pid
 
-    # time of processes whose cgroup path was not known at a read ("" is also the kernel
-    # threads' bucket, which is left out here): printed, so a shortfall below says where it went
-    print(f"unplaced: per-process {a.unplaced:.4f}, per-cgroup {b.unplaced:.4f} s")
-    print("per-cgroup maps:", per_cgroup.map_stats())  # LRU evictions, failed inserts
-    exact = per_cgroup.info.task_runtime and per_process.info.task_runtime
-    assert exact == (per_cgroup.info.switch_probe == "raw"), "task runtime where the kernel has it"
-    for name in names:
-        got, want = b.cpu[paths[name]], truth[name]
-        assert want > 0.01, (name, want)
-        per_proc = a.cpu[paths[name]]
-        print(f"{name}: per-cgroup {got:.4f}, per-process {per_proc:.4f}, cpu.stat {want:.4f} s")
-        if not exact:
-            # the classic program (kernels before 5.18) measures slices with the clock, which
-            # also counts interrupts (and steal in a VM): a little above cpu.stat
-            assert got == pytest.approx(want, rel=0.03, abs=0.02), (name, got, want)
-            continue
-        # the raw program charges the kernel's own per-task runtime (what cpu.stat sums) to the
-        # cgroup the task is in when it is switched out: issue 27's goal is +-0.3 % per cgroup
-        # (measured on this VM: equal to the 0.1 ms printed, the mover's two cgroups included,
-        # loaded or not). One fresh-clone CI run had the fork loop 2.1 ms (0.32 %) under
-        # cpu.stat while the per-process path was exact; not reproduced here (7 runs), so the
-        # check allows 3 ms, and the "unplaced" line above shows whether a path lookup took it
-        assert got == pytest.approx(want, rel=0.003, abs=0.003), (name, got, want)
-        if name not in ("move1", "move2"):
-            # per-process mode credits a process to the cgroup it is in at the read, which
-            # for these is their only one, except for the child's own time between fork and
-            # joining its cgroup (start(): ~1 ms of Python, run in the test's cgroup; 3.9 ms
-            # seen once in a fresh CI run). Per-cgroup mode, the billing path, is held to
-            # cpu.stat at 0.3 % above.
-            assert per_proc == pytest.approx(want, rel=0.003, abs=0.006), (name, per_proc, want)
-    # both programs see the same slices. The per-process path credits a process's work since
-    # the last read to the cgroup it is in at the read, so the mover's two cgroups are compared
-    # together there (per-cgroup mode is exact per cgroup: above)
-    groups = [["busy"], ["churn"], ["threads"], ["gpu"], ["move1", "move2"]]
-    for group in groups:
-        got_a = sum(a.cpu[paths[n]] for n in group)
-        got_b = sum(b.cpu[paths[n]] for n in group)
-        # the per-process path differs by what it cannot place exactly: each child's time
-        # before it joins its cgroup (3.0 ms of 0.85 s in a fresh CI run) and the mover's slice
-        # in flight at its move (3.6 ms of 1.09 s on a loaded machine), the same 6 ms allowed
-        # against cpu.stat above; per-cgroup mode is held to cpu.stat itself at 0.3 %
-        assert got_b == pytest.approx(got_a, rel=0.003 if exact else 0.03, abs=0.006), group
-    nv_dr = {"nvidia": 300, "drm": 100}
-    assert a.ioctls[paths["gpu"]] == nv_dr
-    assert b.ioctls[paths["gpu"]] == nv_dr
-    # the GPU process had its own key in per-cgroup mode (its PID is what GPU attribution uses),
-    # no other process of the workload did
-    assert b.pids[paths["gpu"]] == {gpu.pid}
-    assert all(not b.pids[paths[n]] for n in names if n != "gpu")
-    assert a.pids[paths["churn"]], "the per-process path keys the churn by PID"
-    # kernel threads are summed apart (PF_KTHREAD), not with the root cgroup's processes
-    assert (0, 0) in b.kernel_thread_keys
-    # per-cgroup mode reads a handful of task entries, not one per process
-    assert entries["tasks"] <= 5, entries
+
+def test_per_process_mode_matches_schedstat_and_cpu_stat() -> None:
+    """--collector.process: the sched_switch program's per-process sums against each process's
+    schedstat (read while it lives) and each cgroup's cpu.stat."""
+    require_ebpf()
+    source = EbpfSource.start(PROCFS, CGROUPFS, gpu_ioctls=False, per_process=True)
+    try:
+        assert source.info.per_process and source.info.switch_probe in ("raw", "classic")
+        exact = source.info.task_runtime
+        with containers(2) as (steady, threads):
+            prev: dict[TaskKey, TaskSample] = {s.key: s for s in source.tasks()}
+            per_pid: defaultdict[int, float] = defaultdict(float)
+            py = sys.executable
+            long = str(RUN_S + 1.5)
+            procs = [
+                start(steady, [py, "-c", WORKLOAD, "busy", long]),
+                start(threads, [py, "-c", WORKLOAD, "threads", long]),
+            ]
+            wanted = {p.pid for p in procs}
+            end = time.monotonic() + RUN_S
+            while time.monotonic() < end:
+                time.sleep(READ_EVERY_S)
+                samples = source.tasks()
+                truth = {pid: schedstat_s(pid) for pid in wanted}  # read right after the maps
+                for s in samples:
+                    before = prev.get(s.key)
+                    per_pid[s.pid] += s.cpu_seconds - (before.cpu_seconds if before else 0.0)
+                prev = {s.key: s for s in samples}
+            for p in procs:
+                got, want = per_pid[p.pid], truth[p.pid]
+                print(f"pid {p.pid}: counted {got:.4f} s, schedstat {want:.4f} s")
+                assert want > 0.2, want
+                # a slice in flight is counted up to the last read (the runtime the kernel
+                # keeps lags by up to a tick): within 1 % (issue 37's goal) or 10 ms
+                tolerance = 0.01 if exact else 0.03
+                assert got == pytest.approx(want, rel=tolerance, abs=0.01), (p.pid, got, want)
+                assert got <= want + 0.001, "never ahead of the kernel"
+            for p in procs:
+                p.kill()
+                p.wait(timeout=10)
+    finally:
+        source.close()
+
+
+# A running task's runtime (schedstat, and cpu.stat's share of it) is brought up to date at
+# scheduler ticks: each of two readings may lag by a tick (10 ms at HZ=100, 4 ms at HZ=250)
+TICKS_LAG_S = 0.02
+
+SPIN = """
+import os, sys
+os.sched_setaffinity(0, {int(sys.argv[1])})
+os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+print("spinning", flush=True)
+while True:
+    pass
+"""
+
+
+def test_a_long_slice_running_since_before_the_load_is_not_overcounted() -> None:
+    """A SCHED_FIFO spinner on one CPU that never blocks (only RT throttling takes it off, after
+    ~0.95 s), running before the probes load: its cgroup is credited exactly what cpu.stat
+    charged after the first read, mid-slice and after (no time from before the load: issue
+    37's +4 to +8 % in fresh agents)."""
+    require_ebpf()
+    cpu = max(os.sched_getaffinity(0))
+    with kube_container() as c:
+        spinner = start(c, [sys.executable, "-c", SPIN, str(cpu)], stdout=subprocess.PIPE)
+        try:
+            assert spinner.stdout is not None
+            assert spinner.stdout.readline().strip() == "spinning"
+            source = EbpfSource.start(PROCFS, CGROUPFS, gpu_ioctls=False, per_process=True)
+            try:
+                if not source.info.task_runtime:
+                    pytest.skip("the clock version (no BTF task runtime) has no slots to open")
+                # the baseline is the first read; cpu.stat is read on both sides of it
+                base_lo = usage_s(c)
+                prev = {s.key: s for s in source.tasks()}
+                base_hi = usage_s(c)
+                counted = 0.0
+                for _ in range(8):  # reads mid-slice and across the throttling switches
+                    time.sleep(0.37)
+                    samples = source.tasks()
+                    now = usage_s(c)
+                    for s in samples:
+                        if s.pid == spinner.pid:
+                            before = prev.get(s.key)
+                            counted += s.cpu_seconds - (before.cpu_seconds if before else 0.0)
+                    prev = {s.key: s for s in samples}
+                    print(f"counted {counted:.4f} s, cpu.stat {now - base_hi:.4f} s")
+                    # never ahead of the kernel, and never more than a slice behind
+                    assert counted <= now - base_lo + TICKS_LAG_S, (counted, now - base_lo)
+                    assert counted >= now - base_hi - 1.0, (counted, now - base_hi)
+                spinner.send_signal(signal.SIGSTOP)  # the slice ends: everything is counted
+                time.sleep(0.3)
+                samples = source.tasks()
+                now = usage_s(c)
+                for s in samples:
+                    if s.pid == spinner.pid:
+                        before = prev.get(s.key)
+                        counted += s.cpu_seconds - (before.cpu_seconds if before else 0.0)
+                assert now - base_hi > 1.5, now - base_hi
+                low, high = now - base_hi - TICKS_LAG_S, now - base_lo + TICKS_LAG_S
+                assert low <= counted <= high, (low, counted, high)
+            finally:
+                source.close()
+        finally:
+            spinner.kill()
+            spinner.wait(timeout=10)
 
 
 BURN = """
@@ -300,10 +353,10 @@ signal.pause()
 
 
 @pytest.mark.parametrize("per_process", [True, False], ids=["collector.process", "default"])
-def test_serve_keeps_entries_per_process_only_with_the_process_collector(
+def test_serve_attaches_sched_switch_only_with_the_process_collector(
     tmp_path: Path, per_process: bool
 ) -> None:
-    """`wattprobe serve` loads sums per cgroup by default and an entry per process with
+    """`wattprobe serve` attaches no sched_switch program by default, and one with
     --collector.process, whose per-process series then name the process by its PID."""
     require_ebpf()
     args = ["--activity-source", "ebpf", "--interval", "1s"]
@@ -312,8 +365,8 @@ def test_serve_keeps_entries_per_process_only_with_the_process_collector(
     exporter = start_exporter(args, tmp_path)
     try:
         exporter.wait_next_interval()
-        with cgroups(["c"]) as cg:
-            busy = start([sys.executable, "-c", BURN], cg["c"], stdout=subprocess.PIPE)
+        with kube_container() as c:
+            busy = start(c, [sys.executable, "-c", BURN], stdout=subprocess.PIPE)
             try:
                 assert busy.stdout is not None
                 assert busy.stdout.readline().strip() == "done"
@@ -326,7 +379,10 @@ def test_serve_keeps_entries_per_process_only_with_the_process_collector(
         energy = select(parse_samples(body), "wattprobe_process_energy_joules_total")
         pids = {dict(labels).get("pid") for labels in energy}
         assert (str(busy.pid) in pids) is per_process
-        mode = "per-process entries" if per_process else "sums per cgroup"
-        assert mode in exporter.log()
+        log = exporter.log()
+        if per_process:
+            assert "per-process entries" in log and "sched:sched_switch" in log
+        else:
+            assert "no sched_switch program" in log and "sched:sched_switch" not in log
     finally:
         exporter.stop()

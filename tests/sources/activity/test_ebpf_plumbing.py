@@ -231,10 +231,11 @@ def test_only_a_refused_raw_tracepoint_falls_back(message: str, raw: bool) -> No
     "collectors", [None, frozenset(), frozenset({"process"}), frozenset({"rapl", "process"})]
 )
 def test_per_process_entries_only_with_the_process_collector(
-    monkeypatch: pytest.MonkeyPatch, collectors: frozenset[str] | None
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, collectors: frozenset[str] | None
 ) -> None:
-    """serve and `wattprobe check` load the kernel's per-cgroup sums unless --collector.process
-    asks for per-process series (then an entry per process)."""
+    """serve and `wattprobe check` load the programs without sched_switch (CPU time from the
+    cgroups' totals) unless --collector.process asks for per-process series (then an entry per
+    process and the switch program)."""
     asked: list[object] = []
 
     def start(*_args: object, per_process: bool = True, **_kwargs: object) -> EbpfSource:
@@ -242,9 +243,30 @@ def test_per_process_entries_only_with_the_process_collector(
         raise SourceError(ebpf_load.NO_TRACEFS, "no")
 
     monkeypatch.setattr(EbpfSource, "start", staticmethod(start))
+    (tmp_path / "cgroup.controllers").write_text("cpu\n")  # a cgroup v2 root with CPU totals
+    procfs = ProcfsSource(Path("/proc"), cgroupfs=tmp_path, per_process=False)
+    assert procfs.per_cgroup
     config = Config(activity_source=ActivitySource.AUTO, collectors=collectors)
-    activity_source(config, ProcfsSource(Path("/proc")))
+    activity_source(config, procfs)
     wanted = REGISTRY.enabled(config, PROCESS)
     assert asked == [wanted]
     assert wants_processes(REGISTRY.resolve(config)) == wanted
     assert wanted == (collectors is not None and "process" in collectors)
+
+
+def test_without_cgroup_totals_the_probes_count_per_process(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Where the cgroup tree has no CPU totals to read, per-container CPU can only come from the
+    probes: the switch program is loaded even without --collector.process."""
+    asked: list[object] = []
+
+    def start(*_args: object, per_process: bool = True, **_kwargs: object) -> EbpfSource:
+        asked.append(per_process)
+        raise SourceError(ebpf_load.NO_TRACEFS, "no")
+
+    monkeypatch.setattr(EbpfSource, "start", staticmethod(start))
+    procfs = ProcfsSource(Path("/proc"), cgroupfs=tmp_path, per_process=False)
+    assert not procfs.per_cgroup
+    activity_source(Config(activity_source=ActivitySource.AUTO), procfs)
+    assert asked == [True]

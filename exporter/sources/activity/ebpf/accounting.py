@@ -40,6 +40,9 @@ ORPHAN_QUIET_READS = 2  # an orphan unchanged this long, whose process is gone, 
 EXITED_QUIET_READS = 2  # an exited total unchanged this long stops being reported
 EXITED_FORGET_READS = 60  # ... and is forgotten this long after, once its cgroup is gone
 START_SLACK_NS = 20_000_000  # /proc start times are in clock ticks: allow two of them
+# an entry of a process running at the first read is made within this of it (by userspace right
+# after it, or by the kernel at the process's next switch)
+BASELINE_ENTRY_NS = 10_000_000_000
 
 Counts = tuple[int, int]  # per driver, in DRIVERS order
 
@@ -181,10 +184,13 @@ class Accounting:
         cgroups: CgroupPaths,
         *,
         per_process: bool = True,
+        first_read_is_baseline: bool = True,
     ) -> None:
         """per_process: the kernel keeps an entry per process with its on-CPU time (False: only
         processes that made a GPU ioctl have one, without CPU time, and nothing runs in flight:
-        no slices are read)."""
+        no slices are read). first_read_is_baseline: the consumer takes the first read as its
+        baseline, as the monitor does (accounting/activity.py), so time that ran before it
+        never reaches a key that first appears later (False: counted from the load)."""
         self._procs = procs
         self._cgroups = cgroups
         self._per_process = per_process
@@ -192,6 +198,10 @@ class Accounting:
         self._outputs: dict[TaskKey, _Output] = {}
         self._ledgers: dict[int, _ExitedLedger] = {}
         self._slice_tgids: dict[tuple[int, int], int] = {}
+        self._first_read = first_read_is_baseline
+        # tgid -> (ns it had run in slices still going at the first read, boot ns of that read):
+        # time before the first read, which the monitor takes as its baseline, so never counted
+        self._before_baseline: dict[int, tuple[int, int]] = {}
 
     def update(self, read: MapRead) -> tuple[list[TaskSample], MapChanges]:
         self._credit_kernel_exited(read.exited)
@@ -232,10 +242,18 @@ class Accounting:
             del self._identities[name]  # evicted or deleted; what it was credited stays credited
 
         in_flight, unknown = self._in_flight(read, live)
+        if self._first_read:
+            # a process running since before the load has no entry yet: its key first appears
+            # at a later read, where the monitor counts a new key whole, so what its slices had
+            # run by now is set aside (live entries have it in their baseline already)
+            self._first_read = False
+            self._before_baseline = {
+                tgid: (ns, read.boot_ns) for tgid, ns in unknown.items() if ns > 0
+            }
         samples = self._live_samples(read, live, ioctl_deltas, in_flight)
         samples += self._exited_samples(read)
         create = (
-            self._entries_to_make(unknown - {name[0] for name in present})
+            self._entries_to_make(set(unknown) - {name[0] for name in present})
             if self._per_process
             else ()
         )
@@ -250,6 +268,7 @@ class Accounting:
         if info is None or info.start_boot_ns > t.first_ns + START_SLACK_NS:
             # gone already, or the tgid now belongs to a process younger than the entry
             return _Identity(t.tgid, None, execs=t.execs, cgroup_id=t.cgroup_id)
+        before, at = self._before_baseline.pop(t.tgid, (0, 0))
         return _Identity(
             t.tgid,
             (t.tgid, info.start_ticks),
@@ -257,6 +276,8 @@ class Accounting:
             kernel_thread=info.kernel_thread,
             execs=t.execs,
             cgroup_id=t.cgroup_id,
+            # set aside at the first read for this process (not a later one with its tgid)
+            credited_ns=before if info.start_boot_ns <= at + START_SLACK_NS else 0,
         )
 
     def _tombstone(self, t: KernelTask) -> None:
@@ -271,6 +292,10 @@ class Accounting:
         if ident is None:
             ident = _Identity(t.tgid, None, cgroup_id=t.cgroup_id)
             self._identities[name] = ident
+            before, at = self._before_baseline.pop(t.tgid, (0, 0))
+            if t.first_ns <= at + BASELINE_ENTRY_NS:
+                # ended before a read saw its entry: what ran before the baseline is not counted
+                self._debit(t.cgroup_id, before, (0, 0))
         else:
             self._debit(t.cgroup_id, ident.credited_ns, ident.ioctls)
         ident.dead = True
@@ -283,16 +308,16 @@ class Accounting:
 
     def _in_flight(
         self, read: MapRead, live: dict[int, _Identity]
-    ) -> tuple[dict[int, int], set[int]]:
-        """ns each live process has been on a CPU since its threads' last switch, and the tgids
-        running without an entry.
+    ) -> tuple[dict[int, int], dict[int, int]]:
+        """ns each live process has been on a CPU since its threads' last switch, and the same
+        for the tgids running without an entry.
 
         The kernel adds a slice to the entry only when it ends, and the slots are read after the
         entries, so a slice still running then is in none of the values read; the clock is taken
         before the slots, so what is credited is at most what the kernel adds when it ends.
         """
         out: dict[int, int] = {}
-        unknown: set[int] = set()
+        unknown: dict[int, int] = {}
         tgids: dict[tuple[int, int], int] = {}
         for s in read.running:
             if s.tid == 0 or (read.runtimes is None and s.start_ns == 0):
@@ -307,7 +332,7 @@ class Accounting:
             if tgid in live:
                 out[tgid] = out.get(tgid, 0) + _flight_ns(read, s)
             else:
-                unknown.add(tgid)
+                unknown[tgid] = unknown.get(tgid, 0) + _flight_ns(read, s)
         self._slice_tgids = tgids  # a slice still running at the next read keeps its thread
         return out, unknown
 

@@ -56,6 +56,7 @@ MAPS = (
     "stats",
     "cgroup_paths",
     "dev_class",
+    "baseline_read",
 )  # what EbpfSource uses
 TIMEOUT_S = 300.0  # the compile takes seconds; a child that hangs must not hang start-up
 _MAX_MESSAGE = 1 << 20

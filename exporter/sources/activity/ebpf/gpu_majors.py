@@ -51,7 +51,9 @@ def classify(proc_devices: str) -> dict[int, int]:
             classes[major] = DEV_NVIDIA
         elif name == "drm":
             classes[major] = DEV_DRM
-    return classes
+    # the fixed majors are assigned (Documentation/admin-guide/devices.txt): a line naming one
+    # otherwise does not move it
+    return {**classes, **FIXED}
 
 
 class DeviceClasses:

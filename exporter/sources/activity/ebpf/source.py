@@ -163,6 +163,8 @@ class EbpfSource:
         self._exited = self._bpf[b"exited"]
         # the slices on each CPU: only the per-process build has a sched_switch program
         self._running = self._bpf[b"running"] if loaded.info.per_process else None
+        # set after the first read: until then each switch names its incoming thread
+        self._baseline = self._bpf[b"baseline_read"] if loaded.info.task_runtime else None
         self._stats = self._bpf[b"stats"]
         mkdir = "cgroup:cgroup_mkdir" in loaded.info.tracepoints
         self._cgroup_paths = self._bpf[b"cgroup_paths"] if mkdir else None
@@ -249,6 +251,8 @@ class EbpfSource:
         except OSError as exc:
             raise SourceError(READ_ERROR, f"reading eBPF maps: {exc}") from exc
         samples, changes = self._accounting.update(read)
+        if self._baseline is not None:
+            self._end_naming_at_switch()
         self._update_map_stats(counters, len(read.tasks), len(read.exited))
         self._apply(changes)
         irq = self._interrupts.sample() if self._interrupts is not None else None
@@ -256,6 +260,14 @@ class EbpfSource:
 
     def map_stats(self) -> Sequence[MapStats]:
         return self._map_stats
+
+    def _end_naming_at_switch(self) -> None:
+        """The first read is the baseline: from now on a switch only clears a slot's name, and
+        name_slice() names long slices once a second (bpf/activity.c baseline_read)."""
+        assert self._baseline is not None
+        with contextlib.suppress(OSError):  # a failed write costs a probe read per switch
+            bpf_maps.update(self._baseline.map_fd, self._baseline.Key(0), self._baseline.Leaf(1))
+        self._baseline = None
 
     # -- maps ---------------------------------------------------------------------------------
 
