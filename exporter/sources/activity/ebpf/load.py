@@ -112,8 +112,8 @@ PURPOSES: dict[str, str] = {
         "per-process CPU time (--collector.process): runs on every context switch of every CPU"
     ),
     "sched:sched_process_exit": (
-        "an ended process's GPU ioctls (and CPU time) folded into its cgroup, so nothing it did "
-        "is lost"
+        "an ended process's GPU ioctls (and, per process, its CPU time) folded into its cgroup's "
+        "total, so nothing it did is lost"
     ),
     "sched:sched_process_exec": "a process's new name after exec, and its cgroup",
     "syscalls:sys_enter_ioctl": (

@@ -73,6 +73,7 @@ HOST_KEY: TaskKey = (REST_PID, 1)  # the rest's userland part (system_processes)
 LINGER_SCANS = 12  # a bucket without a cgroup is reported this many more intervals
 MAX_DEPTH = 32  # kubepods trees are 4-6 deep (kind nodes a few more)
 MAX_DIRS = 100_000  # a walk stops here rather than take unbounded time
+SKEW_SLACK_NS = 1_000_000
 _REBASE = -1  # a counter's usage_ns after a failed read: the next read is its baseline
 
 # /proc/stat busy without steal, in ticks: user, nice, system, (idle, iowait), irq, softirq
@@ -203,6 +204,7 @@ class CgroupTree:
         self._kernel_ns = kernel_ns
         self._kernel_last: int | None = None
         self._kernel_owed = 0.0
+        self._skew_ns = SKEW_SLACK_NS  # the last walk's bound on read skew (update())
         self._host_total = 0.0
         self._host_sample: TaskSample | None = None
         self._children: dict[tuple[str, str], frozenset[str]] = {}  # tracked children per cgroup
@@ -236,7 +238,11 @@ class CgroupTree:
         limit_ns = None if elapsed is None else (max(elapsed, 0.0) * self._ncpu + 1.0) * 1e9
         seen: dict[tuple[str, str], _Counter] = {}
         nodes = self._primary.walk(None)
+        read_from = time.monotonic()
         deltas = self._read(self._primary, nodes, limit_ns, seen)
+        # what read skew can put in a pod's own growth: its containers were read at most this
+        # long before it, on every CPU (plus a millisecond for the counters' own granularity)
+        self._skew_ns = int((time.monotonic() - read_from) * self._ncpu * 1e9) + SKEW_SLACK_NS
         below_root = self._account(self._primary, nodes, deltas, [True] * len(nodes), seen)
         if self._secondary is not None:
             below_root += self._secondary_part(limit_ns, seen)
@@ -344,9 +350,10 @@ class CgroupTree:
     ) -> None:
         """A pod cgroup's own growth is what ran in it outside its containers: processes placed
         in it, or the last work of a container whose cgroup was removed (the kernel folds that
-        into the parent), or a container's growth this walk could not read or take as new.
-        With none of them, what is left is read skew (its containers were read a moment before
-        it; their next reads have that time), so it gets nothing. check: the pods to look at."""
+        into the parent: one made and removed between two walks too), or a container's growth
+        this walk could not read or take as new. With none of them, what is left is read skew
+        (its containers were read a moment before it; their next reads have that time), so it
+        gets nothing, as long as it is no more than skew can be. check: the pods to look at."""
         kind = hierarchy.kind
         for i, node in enumerate(nodes):
             if not node.ref.pod_uid or node.ref.container_id:
@@ -356,6 +363,8 @@ class CgroupTree:
             self._children[(kind, node.path)] = now
             if not check[i] or own[i] == 0 or before is None or before - now:
                 continue  # nothing to check, first seen, or a container went
+            if own[i] > self._skew_ns:
+                continue  # more than read skew: a container that came and went meanwhile
             try:
                 with open(f"{hierarchy.root}{node.path}/cgroup.procs") as f:
                     has_procs = bool(f.read(64).strip())
