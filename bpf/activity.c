@@ -206,12 +206,11 @@ static __always_inline void account(u32 tgid, u64 ns, u64 nv, u64 drm, bool exit
 // leaves the CPU, its runtime then less the slot's is the slice, exactly what the kernel charged
 // its cgroup in between, whatever its scheduling class. No clock read, no per-task map.
 //
-// A slot that does not describe the task leaving the CPU is the first slice on that CPU since
-// the load, which began before the programs were attached: it is charged nothing up to the
-// moment name_slice() (or this switch) first saw it, so no time from before the load is ever
-// charged. (Charging it from prev_sum_exec_runtime, as an earlier version did, billed a process
-// that had spun since before the agent started for time the agent's first reading had already
-// taken as its baseline: +4 to +8 % over cpu.stat in a few fresh-agent runs.)
+// Time before userspace's first reading (its baseline) must never reach a key that appears
+// later: each CPU's first slice is opened by name_slice() within a second of the load, switches
+// name their incoming thread until that reading (baseline_read), and userspace sets aside what
+// the running slices had run by then (issue 37: a process spinning since before a fresh agent
+// started was billed +4 to +8 % over cpu.stat).
 #include <uapi/linux/bpf_perf_event.h>
 
 #define TASK_U64(task, off) (*(u64 *)((char *)(task) + (off)))
@@ -223,14 +222,18 @@ static __always_inline void account(u32 tgid, u64 ns, u64 nv, u64 drm, bool exit
 // a switch pays one load of [0] for it.
 BPF_ARRAY(baseline_read, u64, 1);
 
-// ns the current (outgoing) task `prev` ran in the slice that ends now
+// ns the current (outgoing) task `prev` ran in the slice that ends now. A slot that does not
+// describe prev (the first slice on a CPU since the load, or a switch in that no program saw:
+// seen on 6.18, a few a second) falls back to prev_sum_exec_runtime, the runtime the scheduler
+// noted when it last picked the task.
 static __always_inline u64 runtime_delta(struct slice *s, u64 prev) {
-    if (s->task != prev)
-        return 0;  // a slice that began before the load and was never seen since
     struct task_struct *task = bpf_get_current_task_btf();  // prev: direct loads, no helper
     u64 sum = TASK_U64(task, WATTPROBE_OFF_SUM_EXEC);
+    // both loaded, then chosen: one load instruction may not serve two kinds of pointer
+    u64 picked = *(volatile u64 *)((char *)task + WATTPROBE_OFF_PREV_SUM_EXEC);
     u64 start = *(volatile u64 *)&s->start_ns;
-    return sum > start ? sum - start : 0;
+    u64 base = s->task == prev ? start : picked;
+    return sum > base ? sum - base : 0;
 }
 
 // Names the slice in flight on this CPU for userspace, once a second per CPU (a cpu-clock perf

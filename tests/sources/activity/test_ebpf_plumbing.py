@@ -270,3 +270,19 @@ def test_without_cgroup_totals_the_probes_count_per_process(
     assert not procfs.per_cgroup
     activity_source(Config(activity_source=ActivitySource.AUTO), procfs)
     assert asked == [True]
+
+
+def test_the_stats_counters_are_the_programs_enum_in_order() -> None:
+    """source.STATS indexes the per-CPU stats map: it must be bpf/activity.c's enum stat_index,
+    in order (a counter added in C and not here would shift every index after it)."""
+    import re  # noqa: PLC0415
+
+    from exporter.sources.activity.ebpf.load import bpf_source  # noqa: PLC0415
+    from exporter.sources.activity.ebpf.source import N_STATS, STATS  # noqa: PLC0415
+
+    text = bpf_source().read_text()
+    body = re.search(r"enum stat_index \{(.*?)\};", text, re.S)
+    assert body is not None
+    names = re.findall(r"^\s*(STAT_[A-Z_]+),", body.group(1), re.M)
+    assert names == [*STATS, "N_STATS"]
+    assert N_STATS == len(STATS)

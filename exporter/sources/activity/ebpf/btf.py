@@ -223,6 +223,10 @@ def offset_flags(btf: Btf, fields: Sequence[Field] = FD_DEVICE_FIELDS) -> list[s
 # task_struct.se is a struct sched_entity, whose runtime fields are read through it
 RUNTIME_FIELDS = (
     (("task_struct", "se"), Field("sched_entity", "sum_exec_runtime", 8, "WATTPROBE_OFF_SUM_EXEC")),
+    (
+        ("task_struct", "se"),
+        Field("sched_entity", "prev_sum_exec_runtime", 8, "WATTPROBE_OFF_PREV_SUM_EXEC"),
+    ),
     # the incoming thread's id, read only until userspace's first reading (baseline_read)
     (None, Field("task_struct", "pid", 4, "WATTPROBE_OFF_TASK_PID")),
 )
