@@ -538,7 +538,9 @@ def userspace_cost(
     proc, cgroupfs = Path("/proc"), Path("/sys/fs/cgroup")
     sources = {
         "per process": EbpfSource.start(proc, cgroupfs, gpu_ioctls=False, per_process=True),
-        "per cgroup": EbpfSource.start(proc, cgroupfs, gpu_ioctls=False, per_process=False),
+        "default (no sched_switch)": EbpfSource.start(
+            proc, cgroupfs, gpu_ioctls=False, per_process=False
+        ),
     }
     cpu: dict[str, list[float]] = {name: [] for name in sources}
     samples: dict[str, list[int]] = {name: [] for name in sources}
@@ -738,7 +740,7 @@ def kernel_rows(
     costs = {
         "raw": program_costs(raw, binary, args.trips, args.ioctls, nvidia),
         "classic": program_costs(classic, binary, args.trips, args.ioctls, nvidia),
-        "raw, per cgroup": program_costs(per_cgroup, binary, args.trips, args.ioctls, nvidia),
+        "default": program_costs(per_cgroup, binary, args.trips, args.ioctls, nvidia),
     }
     if baseline is not None:
         costs["baseline"] = program_costs(baseline, binary, args.trips, args.ioctls, nvidia)
@@ -751,10 +753,10 @@ def kernel_rows(
         ns, n = cost.get(SCHED_SWITCH, (float("nan"), 0))
         rows.append((f"sched_switch program ({kind}), mean per event", f"{ns:.0f} ns ({n} events)"))
     for tp in (*SCHED_ONLY[1:], "cgroup:cgroup_attach_task", "cgroup:cgroup_mkdir"):
-        for version in ("raw", "raw, per cgroup"):
+        for version in ("raw", "default"):
             if tp in costs[version]:
                 ns, n = costs[version][tp]
-                which = "" if version == "raw" else " (per cgroup)"
+                which = "" if version == "raw" else " (default build)"
                 rows.append((f"{tp} program{which}, mean per event", f"{ns:.0f} ns ({n} events)"))
     labels = {
         "ioctl filtered": "other ioctl types (filtered out)",

@@ -159,9 +159,7 @@ def window(ctx: Context, level: str, seconds: float, log_dir: Path) -> Window:
         # the agents compile before the node is made busy (a loaded 2-vCPU VM can take longer
         # than the harness waits); they learn the pods' cgroups as they are made
         agents = {
-            name: stack.enter_context(
-                wattprobe(["--kube.pod-source", "none", *args], log_dir / f"{level}-{name}")
-            )
+            name: stack.enter_context(wattprobe(["--kube.pod-source", "none", *args], log_dir))
             for name, args in AGENTS.items()
         }
         ne = stack.enter_context(
