@@ -143,6 +143,15 @@ def main() -> None:
     parser.add_argument(
         "--real-cgroups", action="store_true", help="also time the walk on this machine's cgroupfs"
     )
+    parser.add_argument(
+        "--real-pods",
+        type=int,
+        nargs="+",
+        default=[110],
+        help="pods added for --real-cgroups (issue 37: 110 and 1000 pods of 2 containers give "
+        "330 and 3,000 cgroups)",
+    )
+    parser.add_argument("--real-containers", type=int, default=4, help="containers per pod")
     args = parser.parse_args()
     shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
     results: dict[int, dict[str, float]] = {}
@@ -157,7 +166,9 @@ def main() -> None:
             + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in results[size].items())
         )
     if args.real_cgroups:
-        print(real_cgroups())
+        for pods in args.real_pods:
+            print(f"{pods} pods x {args.real_containers} containers: ", end="")
+            print(real_cgroups(pods, args.real_containers))
     print(f"load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs")
     names = list(next(iter(results.values())))
     print("| processes | " + " | ".join(names) + " |")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.ebpfparts import require_ebpf
 from tests.support.groundtruth import run
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
@@ -24,14 +25,21 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 REL = 0.03
 
 
+@pytest.mark.parametrize("mode", ["procfs", "ebpf"])
 @pytest.mark.parametrize("workload", ["steady", "mover"])
-def test_pod_energy_follows_cpu_stat_with_late_reads(workload: str) -> None:
-    r = run("procfs", workload, late_every=3)
+def test_pod_energy_follows_cpu_stat_with_late_reads(mode: str, workload: str) -> None:
+    """Both activity sources' defaults: the energy within the read skew, the CPU seconds equal
+    to cpu.stat (0.1 % or 1 ms: both read the cgroups' own totals, late reads or not)."""
+    if mode == "ebpf":
+        require_ebpf()
+    r = run(mode, workload, late_every=3)
     assert r.late >= 1, "no read was slowed: the run was too short"
     assert all(s > 0.2 for s in r.cpu_s.values()), f"the workloads barely ran: {r.cpu_s}"
     assert r.unattributed_j == 0.0 and r.pending_j == 0.0
     for cid, seconds in r.cpu_s.items():
         assert r.joules[cid] == pytest.approx(seconds, rel=REL), (workload, r.joules, r.cpu_s)
+        cpu = sum(c.cpu_seconds for c in r.snapshot.containers if c.container_id == cid)
+        assert cpu == pytest.approx(seconds, rel=0.001, abs=0.001), (workload, cpu, seconds)
 
 
 def test_per_process_path_charges_a_mover_where_the_kernel_did() -> None:

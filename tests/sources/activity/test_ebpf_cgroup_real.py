@@ -103,6 +103,13 @@ def usage_s(c: KubeContainer) -> float:
     raise AssertionError(f"no usage_usec in {c.path}/cpu.stat")
 
 
+def node_busy_s() -> float:
+    """/proc/stat's busy time (user, nice, system, irq, softirq; steal is another guest's)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    ticks = sum(int(fields[i]) for i in (0, 1, 2, 5, 6))
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def schedstat_s(pid: int) -> float:
     """The kernel's runtime of every thread of a live process (se.sum_exec_runtime)."""
     total = 0
@@ -175,7 +182,9 @@ def _default_run(step: Callable[[], Snapshot]) -> int:
     names = ["busy", "churn", "threads", "move1", "move2", "gpu"]
     with containers(len(names)) as made, tempfile.TemporaryDirectory() as tmp:
         cg = dict(zip(names, made, strict=True))
-        step()  # the baseline: every container is empty
+        busy_before = node_busy_s()
+        first = step()  # the baseline: every container is empty
+        busy_after_baseline = node_busy_s()
         nodes = make_gpu_nodes(Path(tmp))
         py, run = sys.executable, str(RUN_S)
         procs = [
@@ -220,7 +229,9 @@ def _default_run(step: Callable[[], Snapshot]) -> int:
         # the containers are empty and still there: the next reads take in the last work
         for _ in range(3):
             time.sleep(1.1)
+            busy_lo = node_busy_s()
             snap = step()
+            busy_hi = node_busy_s()
         truth = {n: usage_s(c) for n, c in cg.items()}
     assert snap is not None
     for name, c in cg.items():
@@ -228,6 +239,14 @@ def _default_run(step: Callable[[], Snapshot]) -> int:
         print(f"{name}: billed {got:.6f} s, cpu.stat {want:.6f} s")
         assert want > 0.005, (name, want)
         assert got == pytest.approx(want, rel=EXACT_REL, abs=EXACT_ABS), (name, got, want)
+    # every bucket (containers, system_processes, kernel_processes) adds up to the node's busy
+    # time (/proc/stat, read on both sides of the first and of the last step)
+    billed = sum(c.cpu_seconds for c in snap.containers) - sum(
+        c.cpu_seconds for c in first.containers
+    )
+    low, high = busy_lo - busy_after_baseline, busy_hi - busy_before
+    print(f"all buckets {billed:.4f} s, node busy between {low:.4f} and {high:.4f} s")
+    assert low - 0.05 <= billed <= high + 0.05, (low, billed, high)
     assert container_ioctls(snap, cg["gpu"].container_id) == {"nvidia": 300, "drm": 100}
     assert all(not container_ioctls(snap, c.container_id) for n, c in cg.items() if n != "gpu")
     return gpu.pid

@@ -33,6 +33,8 @@ ENOUGH_S = 1.0  # CPU seconds a container runs before its share is compared to t
 # all of the container's CPU time is in processes that live a few milliseconds.
 SHORT_LIVED = 'while :; do sh -c "i=0; while [ \\$i -lt 3000 ]; do i=\\$((i+1)); done"; done'
 BUSY = "while True: pass"
+# the cgroup tree reads the kernel's own totals: issue 37's 0.1 % or 1 ms
+EXACT_REL, EXACT_ABS = 0.001, 0.001
 
 
 def usage_s(container: KubeContainer) -> float:
@@ -109,7 +111,7 @@ def test_short_lived_processes_through_the_monitor() -> None:
     got = {cid: container_cpu(snap, cid) for cid in truth}
     assert truth[short.container_id] > 0.5 and truth[neighbour.container_id] > 0.5
     for cid, expected in truth.items():
-        assert got[cid] == pytest.approx(expected, rel=0.02), (got, truth)
+        assert got[cid] == pytest.approx(expected, rel=EXACT_REL, abs=EXACT_ABS), (got, truth)
 
 
 def test_short_lived_processes_through_wattprobe_serve(tmp_path: Path) -> None:
@@ -133,7 +135,8 @@ def test_short_lived_processes_through_wattprobe_serve(tmp_path: Path) -> None:
     for cid, expected in truth.items():
         found = select(samples, "wattprobe_container_cpu_seconds_total", container_id=cid)
         assert len(found) == 1, found
-        assert next(iter(found.values())) == pytest.approx(expected, rel=0.02), (cid, truth)
+        got = next(iter(found.values()))
+        assert got == pytest.approx(expected, rel=EXACT_REL, abs=EXACT_ABS), (cid, got, truth)
 
 
 def test_per_cgroup_default_with_a_process_moved_between_containers() -> None:
@@ -177,4 +180,4 @@ def test_per_cgroup_default_with_a_process_moved_between_containers() -> None:
     got = {cid: container_cpu(snap, cid) for cid in truth}
     assert truth[first.container_id] > ENOUGH_S and truth[second.container_id] > ENOUGH_S
     for cid, expected in truth.items():
-        assert got[cid] == pytest.approx(expected, rel=0.01), (got, truth)
+        assert got[cid] == pytest.approx(expected, rel=EXACT_REL, abs=EXACT_ABS), (got, truth)
