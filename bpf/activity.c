@@ -225,15 +225,20 @@ BPF_ARRAY(baseline_read, u64, 1);
 // ns the current (outgoing) task `prev` ran in the slice that ends now. A slot that does not
 // describe prev (the first slice on a CPU since the load, or a switch in that no program saw:
 // seen on 6.18, a few a second) falls back to prev_sum_exec_runtime, the runtime the scheduler
-// noted when it last picked the task.
+// noted when it last picked the task, at most MISMATCH_CAP_NS: CFS keeps that field (its
+// slices are a few ms), RT and deadline tasks do not (a stale one charged a SCHED_FIFO process
+// its whole life again), so such a slice is under-counted, never over-counted.
+#define MISMATCH_CAP_NS 20000000ULL
 static __always_inline u64 runtime_delta(struct slice *s, u64 prev) {
     struct task_struct *task = bpf_get_current_task_btf();  // prev: direct loads, no helper
     u64 sum = TASK_U64(task, WATTPROBE_OFF_SUM_EXEC);
     // both loaded, then chosen: one load instruction may not serve two kinds of pointer
     u64 picked = *(volatile u64 *)((char *)task + WATTPROBE_OFF_PREV_SUM_EXEC);
     u64 start = *(volatile u64 *)&s->start_ns;
-    u64 base = s->task == prev ? start : picked;
-    return sum > base ? sum - base : 0;
+    if (s->task == prev)
+        return sum > start ? sum - start : 0;
+    u64 ns = sum > picked ? sum - picked : 0;
+    return ns < MISMATCH_CAP_NS ? ns : MISMATCH_CAP_NS;
 }
 
 // Names the slice in flight on this CPU for userspace, once a second per CPU (a cpu-clock perf

@@ -47,13 +47,15 @@ class KernelTotals:
     program runs on each context switch to sum it again (docs/ebpf.md). One read is both: the
     monitor reads it under one deadline, and both halves cover the same time."""
 
-    def __init__(self, cpu: ActivitySource, probes: EbpfSource) -> None:
+    def __init__(self, cpu: ProcfsSource, probes: EbpfSource) -> None:
         self.name = probes.name  # what the node runs: eBPF, with the kernel's totals
         self.probes = probes
         self._cpu = cpu
 
     def tasks(self) -> list[TaskSample]:
-        return [*self._cpu.tasks(), *self.probes.tasks()]
+        # the probes first: their cgroup_mkdir paths say whether the tree must be listed again
+        probes = self.probes.tasks()
+        return [*self._cpu.tasks(walk=self.probes.cgroups_made()), *probes]
 
     def map_stats(self) -> Sequence[MapStats]:
         return self.probes.map_stats()

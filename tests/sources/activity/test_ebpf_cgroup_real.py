@@ -352,7 +352,11 @@ def test_a_long_slice_running_since_before_the_load_is_not_overcounted() -> None
                         before = prev.get(s.key)
                         counted += s.cpu_seconds - (before.cpu_seconds if before else 0.0)
                 assert now - base_hi > 1.5, now - base_hi
-                low, high = now - base_hi - TICKS_LAG_S, now - base_lo + TICKS_LAG_S
+                # never ahead of the kernel; behind by at most one slice: a slice whose start no
+                # program saw is charged at most 20 ms (bpf/activity.c MISMATCH_CAP_NS; on this
+                # VM's 6.18 kernel some thread's switches out are never traced, and the spinner
+                # taking its CPU is then seen as a mismatch)
+                low, high = now - base_hi - 1.0, now - base_lo + TICKS_LAG_S
                 assert low <= counted <= high, (low, counted, high)
             finally:
                 source.close()

@@ -568,3 +568,38 @@ def test_a_failed_read_loses_nothing_and_counts_nothing_twice(tmp_path: Path) ->
     assert credit.total[ref_pod] == pytest.approx(0.8)
     assert credit.total[classify_cgroup(b)] == pytest.approx(truth[classify_cgroup(b)])
     assert sum(credit.total.values()) == pytest.approx(sum(truth.values()))
+
+
+def test_without_a_new_cgroup_the_tree_is_not_listed_again(tmp_path: Path) -> None:
+    """walk=False (the eBPF source saw no cgroup_mkdir): the last walk's cgroups are read again
+    without listing the tree; a read after a mkdir walks (the new cgroup counts whole), a
+    removed cgroup makes the next read walk, and every FULL_WALK_EVERY-th read walks anyway."""
+    node, pod, (a, _b) = simple_node(tmp_path)
+    pa = node.start(a)
+    node.write()
+    source, credit = per_cgroup(node), Credit()
+    tree = source._tree  # noqa: SLF001 (its walk count is the point)
+    assert tree is not None
+    credit.take(source.tasks(walk=False))  # the first read walks whatever it is told
+    assert tree.walks == 1
+    node.run(pa, 10)
+    node.write()
+    credit.take(source.tasks(walk=False))
+    assert tree.walks == 1
+    late = node.new_container(pod)
+    pl = node.start(late)
+    node.run(pl, 7)
+    node.write()
+    credit.take(source.tasks(walk=True))  # the mkdir is seen: listed, and its time counted
+    assert tree.walks == 2
+    assert credit.total[classify_cgroup(late)] == pytest.approx(0.07)
+    node.exit(pl)
+    node.rmdir(late)
+    node.write()
+    credit.take(source.tasks(walk=False))  # its read fails: the next read walks
+    credit.take(source.tasks(walk=False))
+    assert tree.walks == 3
+    for _ in range(cgrouptree.FULL_WALK_EVERY):
+        credit.take(source.tasks(walk=False))
+    assert tree.walks == 4
+    assert credit.nonzero() == approx(node.truth_s())

@@ -185,6 +185,7 @@ class EbpfSource:
         self._created = 0  # tasks entries made by userspace
         self._evictions = {"tasks": 0, "exited": 0}
         self._map_stats: tuple[MapStats, ...] = ()
+        self._cgroups_made = True  # the first read walks the tree
 
     @classmethod
     def start(
@@ -338,6 +339,13 @@ class EbpfSource:
         for k, v in entries:
             path = bytes(v.path).split(b"\0", 1)[0].decode(errors="replace")
             self._cgroups.learn(_int(k), path)
+        self._cgroups_made |= bool(entries)
+
+    def cgroups_made(self) -> bool:
+        """Whether a cgroup may have been made since the last call (always, without the
+        cgroup_mkdir probe): the cgroup tree is listed again only then."""
+        made, self._cgroups_made = self._cgroups_made, self._cgroup_paths is None
+        return made
 
     def _items(self, table: Any) -> Iterable[tuple[Any, Any]]:
         """All entries, in one syscall per batch where the kernel has batch ops (5.6+)."""

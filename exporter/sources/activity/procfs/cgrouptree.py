@@ -49,6 +49,7 @@ from pathlib import Path
 from exporter.host.cgroupfs.classify import parse_cgroup_path
 from exporter.host.cgroupfs.ids import find_v2_root
 from exporter.host.files import short_error
+from exporter.host.keptfiles import KeptFiles
 from exporter.model.identity import SYSTEM, ContainerRef
 from exporter.model.readings import TaskKey, TaskSample
 from exporter.sources.activity.procfs.cgroupcpu import (
@@ -56,7 +57,6 @@ from exporter.sources.activity.procfs.cgroupcpu import (
     V2,
     parse_cpu_stat,
     parse_cpuacct_usage,
-    read_usage,
     v1_dir,
 )
 from exporter.sources.activity.procfs.exited import settle
@@ -73,6 +73,8 @@ HOST_KEY: TaskKey = (REST_PID, 1)  # the rest's userland part (system_processes)
 LINGER_SCANS = 12  # a bucket without a cgroup is reported this many more intervals
 MAX_DEPTH = 32  # kubepods trees are 4-6 deep (kind nodes a few more)
 MAX_DIRS = 100_000  # a walk stops here rather than take unbounded time
+FULL_WALK_EVERY = 12  # updates without a walk at most (one minute at the default interval)
+MAX_CPU_FILE_BYTES = 4096  # cpu.stat is ~200 bytes (with PSI-less kernels), cpuacct.usage ~20
 SKEW_SLACK_NS = 1_000_000
 _REBASE = -1  # a counter's usage_ns after a failed read: the next read is its baseline
 
@@ -98,6 +100,9 @@ class Hierarchy:
         self._parse = parse_cpu_stat if v2 else parse_cpuacct_usage
         self._refs: dict[str, ContainerRef] = {}
         self.dirs = 0  # directories listed by the last walk (benchmarks, tests)
+        # every tracked cgroup's total is read every interval: through kept descriptors on a
+        # real cgroupfs (host/keptfiles.py)
+        self._files = KeptFiles(root)
 
     def walk(self, top_bucket: ContainerRef | None) -> list[_Node]:
         """The tracked cgroups, parents before children. top_bucket: what the root counts as
@@ -143,7 +148,12 @@ class Hierarchy:
         return out
 
     def usage_ns(self, path: str) -> int:
-        return read_usage(f"{self.root}{path}/{self._file}", self._parse)
+        data = self._files.read(f"{self.root}{path}/{self._file}", MAX_CPU_FILE_BYTES)
+        return self._parse(data.decode("ascii", "replace"))
+
+    def keep_only(self, paths: list[str]) -> None:
+        """Close the kept files of cgroups this walk no longer reads."""
+        self._files.keep_only({f"{self.root}{p}/{self._file}" for p in paths})
 
 
 def hierarchies(cgroup_root: Path) -> tuple[Hierarchy | None, Hierarchy | None]:
@@ -211,6 +221,9 @@ class CgroupTree:
         self._buckets: dict[ContainerRef, _Bucket] = {}
         self._next_seq = 1
         self._scans = 0
+        self._nodes: list[_Node] | None = None  # the primary hierarchy's last walk
+        self._gone = False  # a cgroup of that walk could not be read: walk again
+        self.walks = 0  # walks of the primary hierarchy (benchmarks, tests)
         self._last_time: float | None = None
         self.reads = 0  # cgroup files read (benchmarks, tests)
 
@@ -226,9 +239,12 @@ class CgroupTree:
             return None
         return cls(primary, secondary, busy_ns, kernel_ns=kernel_ns)
 
-    def update(self) -> list[TaskSample]:
+    def update(self, *, walk: bool = True) -> list[TaskSample]:
         """Raises OSError or ValueError when /proc/stat or the cgroup root cannot be read
-        (nothing changes then)."""
+        (nothing changes then). walk=False: the caller knows no cgroup was made since the last
+        walk (the eBPF source's cgroup_mkdir probe), so the last walk's cgroups are read again
+        without listing the tree; a cgroup that went, or every FULL_WALK_EVERY-th update,
+        walks anyway."""
         busy = self._busy_ns()
         kernel = self._kernel_work()
         now = self._clock()
@@ -237,7 +253,10 @@ class CgroupTree:
         self._last_time = now
         limit_ns = None if elapsed is None else (max(elapsed, 0.0) * self._ncpu + 1.0) * 1e9
         seen: dict[tuple[str, str], _Counter] = {}
-        nodes = self._primary.walk(None)
+        if walk or self._nodes is None or self._gone or self._scans % FULL_WALK_EVERY == 0:
+            self._nodes = self._primary.walk(None)
+            self.walks += 1
+        nodes, self._gone = self._nodes, False
         read_from = time.monotonic()
         deltas = self._read(self._primary, nodes, limit_ns, seen)
         # what read skew can put in a pod's own growth: its containers were read at most this
@@ -271,6 +290,7 @@ class CgroupTree:
                 ns = hierarchy.usage_ns(path)
             except (OSError, ValueError) as exc:
                 log.debug("cgroup CPU time of %s %s: %s", kind, path, short_error(exc))
+                self._gone = True  # removed (ENODEV, ENOENT) or unreadable: the next update walks
                 # its parent takes this interval's growth and the next's (so it is counted
                 # once); a cgroup still there is a baseline at its next read, never new
                 kept = counters.get((kind, path))
@@ -294,6 +314,7 @@ class CgroupTree:
                 elif limit_ns is not None and ns <= limit_ns:
                     deltas[i] = ns  # made again under the same path
             seen[where] = c
+        hierarchy.keep_only([n.path for n in nodes])
         return deltas
 
     def _account(

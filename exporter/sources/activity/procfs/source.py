@@ -104,7 +104,7 @@ class ProcfsSource:
             read_text_bounded(f"{self._root}/stat", MAX_PROC_STAT_BYTES), CLOCK_TICKS
         )
 
-    def tasks(self) -> list[TaskSample]:
+    def tasks(self, *, walk: bool = True) -> list[TaskSample]:
         """Per cgroup (per_cgroup): one sample per container bucket and one for the rest
         (exporter/sources/activity/procfs/cgrouptree.py). Otherwise one sample per live process,
         and one
@@ -115,10 +115,13 @@ class ProcfsSource:
         again and
         cgroup files are read for new and exec'd processes, and rechecked every few intervals.
         The cgroup totals cost one read per cgroup that holds a live process.
+
+        walk=False (per cgroup): no cgroup was made since the last read, so the tree is not
+        listed again (CgroupTree.update).
         """
         if self._tree is not None:
             try:
-                return self._tree.update()
+                return self._tree.update(walk=walk)
             except (OSError, ValueError) as exc:
                 where = getattr(exc, "filename", None) or f"{self._root}/stat"
                 raise SourceError("read error", f"{where}: {_short(exc)}") from exc
