@@ -578,7 +578,7 @@ def test_without_a_new_cgroup_the_tree_is_not_listed_again(tmp_path: Path) -> No
     pa = node.start(a)
     node.write()
     source, credit = per_cgroup(node), Credit()
-    tree = source._tree  # noqa: SLF001 (its walk count is the point)
+    tree = source._tree  # its walk count is the point
     assert tree is not None
     credit.take(source.tasks(walk=False))  # the first read walks whatever it is told
     assert tree.walks == 1
