@@ -49,6 +49,7 @@ from pathlib import Path
 from exporter.host.cgroupfs.classify import parse_cgroup_path
 from exporter.host.cgroupfs.ids import find_v2_root
 from exporter.host.files import short_error
+from exporter.host.hostfile import read_bounded
 from exporter.model.identity import SYSTEM, ContainerRef
 from exporter.model.readings import TaskKey, TaskSample
 from exporter.sources.activity.procfs.cgroupcpu import (
@@ -357,8 +358,10 @@ class CgroupTree:
             if not check[i] or own[i] == 0 or before is None or before - now:
                 continue  # nothing to check, first seen, or a container went
             try:
-                with open(f"{hierarchy.root}{node.path}/cgroup.procs") as f:
-                    has_procs = bool(f.read(64).strip())
+                # the first bytes tell empty from not; bounded and non-blocking (hostfile.py)
+                has_procs = bool(
+                    read_bounded(f"{hierarchy.root}{node.path}/cgroup.procs", 64).strip()
+                )
             except OSError:
                 continue
             if not has_procs:
