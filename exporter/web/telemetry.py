@@ -15,7 +15,7 @@ from prometheus_client.registry import Collector
 from exporter.exposition.metrics import BY_NAME, PREFIX
 from exporter.web.live import LiveWebConfig
 
-SHED_REASONS = ("silent", "refused", "tls_handshake")
+SHED_REASONS = ("silent", "refused", "tls_handshake", "slow_reader")
 
 
 @dataclass
@@ -26,6 +26,7 @@ class WebCounters:
     shed_silent: int = 0
     shed_refused: int = 0
     shed_tls_handshake: int = 0
+    shed_slow_reader: int = 0
 
 
 def _family(name: str) -> Metric:
