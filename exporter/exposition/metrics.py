@@ -417,7 +417,9 @@ WEB_CATALOGUE: tuple[MetricSpec, ...] = (
         "counter",
         'Connections the server closed to keep serving: reason="silent" (at '
         "--web.max-connections, the oldest connection with no request answered, given up for a "
-        'new one), "refused" (at the limit with none to give up: 503), "tls_handshake" (the '
+        'new one), "idle" (at the limit with no silent one, the answered connection that has '
+        'waited longest for its next request), "refused" (at the limit with none to give up: '
+        '503), "tls_handshake" (the '
         "oldest TLS handshake in progress, given up for a new one at the bound on handshakes), "
         '"slow_reader" (a client that did not take its responses within --web.write-timeout; a '
         "pipelining client's answers share one deadline).",

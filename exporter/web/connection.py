@@ -109,7 +109,8 @@ class Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         if len(server.connections) >= server.max_connections and not server.evict_one():
             self._refused = True
-            server.counters.shed_refused += 1
+            server.counters.shed("refused")
+            server.shed_log.event("refused")
             if server.tls:
                 transport.abort()
             else:
@@ -338,6 +339,7 @@ class Connection(asyncio.Protocol):
             deadline = None  # later requests: idle timeout, then header timeout
             # a request being answered is not given up for a newcomer at the limit ...
             unproven = self.server.unproven.pop(self, None) is not None
+            self.server.idle.pop(self, None)
             response = await self._respond(req)
             if response.status >= 400 and (unproven or response.status in (401, 429)):
                 # ... but a client refused what it asked is given up again (from the youngest
@@ -366,6 +368,8 @@ class Connection(asyncio.Protocol):
                 if req.has_body:
                     await self._linger()  # the unread body must not turn into a reset
                 return
+            if self not in self.server.unproven:  # answered: waits for its next request
+                self.server.idle[self] = asyncio.get_running_loop().time()
 
     async def _read_request(self, deadline: float | None) -> Request | None:
         """The next request, or None when the client closed (or went silent) between requests.
@@ -450,7 +454,8 @@ class Connection(asyncio.Protocol):
                 if self._lost:
                     raise _Closed("client gone")
                 if not await self._wait(deadline):
-                    self.server.counters.shed_slow_reader += 1
+                    self.server.counters.shed("slow_reader")
+                    self.server.shed_log.event("slow_reader")
                     raise _Closed("client too slow to take the response")
 
     async def _linger(self) -> None:

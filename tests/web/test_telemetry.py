@@ -58,7 +58,7 @@ def test_every_family_is_catalogued_with_its_labels(tmp_path: Path) -> None:
             assert sample.name == spec.exposed_name
             assert set(sample.labels) == set(spec.labels)
     shed = {s.labels["reason"]: s.value for s in families[PREFIX + "web_connections_shed"].samples}
-    assert shed == {"silent": 2, "refused": 1, "tls_handshake": 4, "slow_reader": 5}
+    assert shed == {"silent": 2, "idle": 0, "refused": 1, "tls_handshake": 4, "slow_reader": 5}
     assert families[PREFIX + "web_auth_refused"].samples[0].value == 3
 
 
