@@ -199,7 +199,7 @@ class Connection(asyncio.Protocol):
             self._tls_failure(exc)
             return None
         assert self.server.web is not None
-        state = self.server.web.current()
+        state = self.server.web.current_nowait()
         self._hello = None
         if state.context is None or not self.server.handshake_may_start(
             self, asyncio.get_running_loop().time()
@@ -405,7 +405,7 @@ class Connection(asyncio.Protocol):
         server = self.server
         extra: tuple[tuple[str, str], ...] = ()
         if server.web is not None:
-            state = server.web.current()
+            state = server.web.current_nowait()
             extra = server.extra_headers(state)
             if state.auth.enabled:
                 verdict = await server.authorize(state.auth, req.header("authorization"), self.peer)

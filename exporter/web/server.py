@@ -312,7 +312,7 @@ class MetricsServer:
     def extra_headers(self, state: WebState | None = None) -> tuple[tuple[str, str], ...]:
         if self.web is None:
             return ()
-        return (state or self.web.current()).config.headers
+        return (state or self.web.current_nowait()).config.headers
 
 
 def make_server(
