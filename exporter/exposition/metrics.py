@@ -385,6 +385,16 @@ KUBE_CATALOGUE: tuple[MetricSpec, ...] = (
         ("gpu", "uuid", "gpu_instance", "mig_device", "claim", "resource"),
         section="Kubernetes",
     ),
+    MetricSpec(
+        "cdi_spec_rejections",
+        "counter",
+        "CDI spec files (or spec directories) refused while resolving DRA claims, each time one "
+        'becomes refused: reason="not_a_file" (a FIFO, socket or device), "unreadable", '
+        '"too_large", "too_many" (more spec files in a directory than are read) or "invalid" '
+        "(not a CDI spec). Present once a spec has been refused; the log names the file.",
+        ("reason",),
+        section="Kubernetes",
+    ),
 )
 CATALOGUE = CATALOGUE + KUBE_CATALOGUE
 
