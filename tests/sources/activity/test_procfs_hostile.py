@@ -178,3 +178,30 @@ def test_kernel_work_refuses_an_oversized_cgroup_procs(tmp_path: Path) -> None:
     work = KernelWork(str(proc), parse_stat, PF_KTHREAD, CLOCK_TICKS)
     with pytest.raises(OSError, match="larger than"):
         returns(lambda: work.total_ns(str(cgroup)))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_hostile_cpu_stat_is_said_once_per_episode(
+    tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A container's cpu.stat (read per process for exited processes' time) as a FIFO, a
+    device or a huge sparse file: refused at once, one warning while it lasts, one line when
+    it is a file again (before issue 41: a debug line per read, silent at the default level)."""
+    node, _pod, (a, _b) = simple_node(tmp_path)
+    p = node.start(a)
+    node.write()
+    source = ProcfsSource(node.procfs, cgroupfs=node.cgroupfs, recheck_every=1, per_process=True)
+    caplog.set_level(logging.INFO, logger="exporter.sources.activity.procfs.exited")
+    returns(source.tasks)
+    cpu_stat = node.v2 / a.lstrip("/") / "cpu.stat"
+    for _ in range(3):
+        node.run(p, 10)
+        node.write()
+        make_hostile(cpu_stat, kind)
+        bounded_tasks(source)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and str(cpu_stat) in warnings[0], warnings
+    cpu_stat.unlink()
+    node.write()
+    returns(source.tasks)
+    assert any("readable again" in r.getMessage() for r in caplog.records)

@@ -27,8 +27,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from exporter.host.files import short_error
 from exporter.host.hostfile import FileTooLarge, NotRegularFile, read_whole
+from exporter.host.hostile import HostileEpisodes
 from exporter.host.procstat import MAX_PROC_STAT_BYTES, irq_ticks
 from exporter.sources.activity.procfs.scan import StatFields
 
@@ -60,12 +60,11 @@ class KernelWork:
         self._userland: set[int] = set()
         self._kthread_ticks = 0
         self._first = True
-        self._hostile: str | None = None  # the last refused file while an episode lasts
+        self._hostile = HostileEpisodes("kernel CPU time", log)
 
     def total_ns(self, cgroup_root: str) -> int:
         """Raises OSError or ValueError when /proc/stat or the root cgroup.procs is unreadable
         (NotRegularFile or FileTooLarge when it is not a file the kernel wrote)."""
-        hostile: list[str] = []
         try:
             irq = irq_ticks(_text(f"{self._proc}/stat", MAX_PROC_STAT_BYTES))
             pids = {
@@ -73,7 +72,8 @@ class KernelWork:
                 for line in _text(f"{cgroup_root}/cgroup.procs", MAX_CGROUP_PROCS_BYTES).split()
             }
         except (NotRegularFile, FileTooLarge) as exc:
-            self._episode(exc)
+            self._hostile.saw(exc)
+            self._hostile.end_round()
             raise
         self._userland &= pids
         seen: dict[tuple[int, int], int] = {}
@@ -81,7 +81,7 @@ class KernelWork:
             try:
                 stat = self._parse(_text(f"{self._proc}/{pid}/stat", MAX_PID_STAT_BYTES))
             except (NotRegularFile, FileTooLarge) as exc:
-                hostile.append(f"{exc.filename}: {short_error(exc)}")
+                self._hostile.saw(exc)
                 continue
             except (OSError, ValueError):
                 continue  # exited while listed
@@ -96,22 +96,8 @@ class KernelWork:
             seen[key] = max(ticks, before or 0)
         self._kthreads = seen
         self._first = False
-        self._episode_of(hostile)
+        self._hostile.end_round()
         return (irq + self._kthread_ticks) * self._tick_ns
-
-    def _episode(self, exc: OSError) -> None:
-        self._episode_of([f"{exc.filename}: {short_error(exc)}"])
-
-    def _episode_of(self, hostile: list[str]) -> None:
-        """One warning when refused files appear, one line when they are gone (not per read)."""
-        if hostile and self._hostile is None:
-            more = f" (and {len(hostile) - 1} more)" if len(hostile) > 1 else ""
-            log.warning(
-                "kernel CPU time: refused %s%s; skipped until it is a file again", hostile[0], more
-            )
-        elif not hostile and self._hostile is not None:
-            log.info("kernel CPU time: %s is readable again", self._hostile.split(":")[0])
-        self._hostile = hostile[0] if hostile else None
 
 
 def _text(path: str, limit: int) -> str:
