@@ -255,7 +255,15 @@ class MetricsServer:
         # a connection whose request has arrived but not yet been read is not silent: under a
         # burst the loop accepts a batch of connections before it reads the ones before them
         candidates = list(itertools.islice(pool, EVICT_SCAN))
-        conn = next((c for c in candidates if not c.has_unread_bytes()), candidates[0])
+        conn = next(
+            (
+                c
+                for c in candidates
+                # an idle one whose next request has begun to arrive is not idle any more
+                if not c.has_unread_bytes() and (pool is self.unproven or not c.reader.pending)
+            ),
+            candidates[0],
+        )
         del pool[conn]
         self.connections.discard(conn)
         self.counters.shed(reason)
