@@ -19,6 +19,16 @@ What happens to a call that misses the deadline, and why nothing is lost or coun
   nothing and a used one is counted once.
 - Every result carries the clock value of the moment its call returned, so deltas are taken over
   the time between the readings, not between intervals.
+- "Still busy" is not for good: a worker whose call has run past ABANDON_AFTER_S (a minute, or
+  twenty deadlines if longer) is abandoned. Its thread is left to finish that one call and then
+  ends (it runs no further call of its job), its result is never used, and a fresh worker calls
+  the source again at this interval. Host files are read non-blocking and bounded
+  (host/hostfile.py), so no FIFO, device or huge file can hold a call; what still can is the
+  kernel (a read in uninterruptible sleep, a wedged driver), and a thread stuck there cannot be
+  killed, only left. So at most ABANDON_LIMIT threads per source are left behind; past that the
+  source stays "still busy" and an error says so once. The abandoned call may still touch the
+  source's state if it ever returns; sources read cumulative kernel counters, and the monitor
+  takes deltas only against readings it used, so that costs at most a skewed interval.
 
 InlineReads runs the same calls on the caller's thread without a deadline (unit tests and tools
 that step a monitor by hand).
@@ -40,6 +50,8 @@ T = TypeVar("T")
 
 TIMEOUT = "timeout"
 BUSY = "still busy"
+ABANDON_AFTER_S = 60.0  # a call running this long (or 20 deadlines) has its worker abandoned
+ABANDON_LIMIT = 3  # threads left behind per source, at most (each is stuck in the kernel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +132,8 @@ class _Job:
     finished: list[threading.Event] = field(init=False)
     started: list[float] = field(init=False)  # monotonic start of each call, 0 until it starts
     done: threading.Event = field(default_factory=threading.Event)
+    submitted: float = field(default_factory=time.monotonic)
+    abandoned: bool = False  # set by the monitor's thread: run no further call of this job
 
     def __post_init__(self) -> None:
         self.results = [None] * len(self.calls)
@@ -163,9 +177,22 @@ class _Worker:
         self._thread.join(timeout_s)
         return not self._thread.is_alive()
 
+    def running_s(self) -> float:
+        """How long the current job has run (0 when idle)."""
+        job = self.current
+        return time.monotonic() - job.submitted if job is not None and self.busy() else 0.0
+
+    def abandon(self) -> None:
+        """Leave this worker: its current call finishes on its own, nothing after it runs."""
+        if self.current is not None:
+            self.current.abandoned = True
+        self.stop()
+
     def _loop(self) -> None:
         while (job := self._jobs.get()) is not None:
             for i, call in enumerate(job.calls):
+                if job.abandoned:
+                    break
                 job.started[i] = time.monotonic()
                 job.results[i] = _invoke(call.fn, self._clock)
                 job.finished[i].set()
@@ -178,11 +205,21 @@ class DeadlineReads:
     run() and close() are called from one thread (the monitor loop's).
     """
 
-    def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        timeout_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        abandon_after_s: float | None = None,
+    ) -> None:
         if not timeout_s > 0:
             raise ValueError(f"timeout {timeout_s!r} must be positive")
         self.timeout_s: float | None = timeout_s
         self._timeout_s = timeout_s
+        self._abandon_after_s = (
+            abandon_after_s if abandon_after_s is not None else max(ABANDON_AFTER_S, 20 * timeout_s)
+        )
+        self.abandoned: dict[str, int] = {}  # worker -> threads left behind (tests, logs)
         self._clock = clock
         self._workers: dict[str, _Worker] = {}
         # calls that missed their deadline and have not returned yet: key -> (job, index)
@@ -202,6 +239,8 @@ class DeadlineReads:
         jobs: dict[str, _Job | None] = {}
         for name, group in groups.items():
             worker = self._worker(name)
+            if worker.busy() and worker.running_s() > self._abandon_after_s:
+                worker = self._abandon(name, worker)
             if worker.busy():
                 jobs[name] = None
             else:
@@ -251,6 +290,31 @@ class DeadlineReads:
         if worker is None:
             worker = self._workers[name] = _Worker(name, self._clock)
         return worker
+
+    def _abandon(self, name: str, worker: _Worker) -> _Worker:
+        """A fresh worker for a source whose call is stuck (see module), within ABANDON_LIMIT."""
+        left = self.abandoned.get(name, 0)
+        if left >= ABANDON_LIMIT:
+            if left == ABANDON_LIMIT:
+                self.abandoned[name] = left + 1  # said once
+                log.error(
+                    "source %s: %d stuck reads left behind already; it stays not called until "
+                    "one returns (a read stuck in the kernel: see dmesg for hung tasks)",
+                    name,
+                    left,
+                )
+            return worker
+        self.abandoned[name] = left + 1
+        job = worker.current
+        worker.abandon()
+        self._missed = {k: v for k, v in self._missed.items() if v[0] is not job}
+        del self._workers[name]
+        log.warning(
+            "source %s: a read has run for %.0fs; left behind, the source is called afresh",
+            name,
+            worker.running_s(),
+        )
+        return self._worker(name)
 
     def _collect_late(self) -> None:
         """Keep the results of missed calls that returned since; drop their errors."""

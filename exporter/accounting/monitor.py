@@ -293,6 +293,9 @@ class Monitor:
             gpu_allocations=(
                 tuple(provided(identity.gpu_allocations)) if identity is not None else ()
             ),
+            cdi_rejections=(
+                tuple(provided(identity.cdi_rejections)) if identity is not None else ()
+            ),
             estimate=estimate,
         )
 

@@ -203,6 +203,11 @@ class SnapshotCollector(Collector):
                         labels[key] = value
                 _add(alloc, labels, 1)
             yield alloc
+        if snap.cdi_rejections:
+            cdi = _family("cdi_spec_rejections")
+            for reason, count in snap.cdi_rejections:
+                _add(cdi, {"reason": reason}, count)
+            yield cdi
 
 
 _LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")

@@ -385,6 +385,16 @@ KUBE_CATALOGUE: tuple[MetricSpec, ...] = (
         ("gpu", "uuid", "gpu_instance", "mig_device", "claim", "resource"),
         section="Kubernetes",
     ),
+    MetricSpec(
+        "cdi_spec_rejections",
+        "counter",
+        "CDI spec files (or spec directories) refused while resolving DRA claims, each time one "
+        'becomes refused: reason="not_a_file" (a FIFO, socket or device), "unreadable", '
+        '"too_large", "too_many" (more spec files in a directory than are read) or "invalid" '
+        "(not a CDI spec). Present once a spec has been refused; the log names the file.",
+        ("reason",),
+        section="Kubernetes",
+    ),
 )
 CATALOGUE = CATALOGUE + KUBE_CATALOGUE
 
@@ -417,8 +427,12 @@ WEB_CATALOGUE: tuple[MetricSpec, ...] = (
         "counter",
         'Connections the server closed to keep serving: reason="silent" (at '
         "--web.max-connections, the oldest connection with no request answered, given up for a "
-        'new one), "refused" (at the limit with none to give up: 503), "tls_handshake" (the '
-        "oldest TLS handshake in progress, given up for a new one at the bound on handshakes).",
+        'new one), "idle" (at the limit with no silent one, the answered connection that has '
+        'waited longest for its next request), "refused" (at the limit with none to give up: '
+        '503), "tls_handshake" (the '
+        "oldest TLS handshake in progress, given up for a new one at the bound on handshakes), "
+        '"slow_reader" (a client that did not take its responses within --web.write-timeout; a '
+        "pipelining client's answers share one deadline).",
         ("reason",),
         section="Web server",
     ),

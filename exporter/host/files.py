@@ -11,7 +11,7 @@ import errno
 import os
 from pathlib import Path
 
-from exporter.host.hostfile import NotRegularFile, read_bounded
+from exporter.host.hostfile import FileTooLarge, NotRegularFile, read_bounded
 from exporter.host.kernelnum import OutOfRange, parse_uint
 
 # EnergyReading.fault values: why a domain a source knows gave no value this interval
@@ -19,6 +19,7 @@ UNREADABLE = "unreadable"  # the file could not be read (gone, permission, I/O e
 GARBAGE = "garbage"  # not a number
 OUT_OF_RANGE = "out of range"  # a number, but not one the kernel writes (negative, too long)
 NOT_A_FILE = "not a regular file"  # a FIFO, socket or device where an attribute should be
+TOO_LARGE = "file too large"  # longer than the kernel writes there (a huge or sparse file)
 
 # A sysfs attribute is at most a page (PAGE_SIZE, 4 KiB); text files we read whole (uevent,
 # labels, osrelease) are far shorter. More is not what the kernel wrote.
@@ -56,6 +57,8 @@ def reason_for(exc: BaseException) -> str:
         return "vanished"
     if isinstance(exc, NotRegularFile):
         return NOT_A_FILE
+    if isinstance(exc, FileTooLarge):
+        return TOO_LARGE
     if isinstance(exc, ValueError):
         return "unparsable value"
     return "read error"

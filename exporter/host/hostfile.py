@@ -23,6 +23,15 @@ OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
 _CHUNK = 65536
 
 
+class FileTooLarge(OSError):
+    """A file longer than the bound set for it: not what the kernel writes there (a sparse
+    file, an endless one), refused rather than read in part and parsed as if whole."""
+
+    def __init__(self, path: str, limit: int) -> None:
+        super().__init__(errno.EFBIG, f"larger than {limit} bytes", path)
+        self.limit = limit
+
+
 class NotRegularFile(OSError):
     """A path that is not a regular file where one must be (a FIFO, a socket, a device...)."""
 
@@ -69,17 +78,39 @@ def read_bounded(path: str, limit: int, *, follow: bool = True) -> bytes:
     or the bound). Raises NotRegularFile, or OSError as open/read do."""
     fd = open_regular(path, follow=follow)
     try:
-        parts: list[bytes] = []
-        left = limit
-        while left > 0:
-            chunk = os.read(fd, min(left, _CHUNK))
-            if not chunk:
-                break
-            parts.append(chunk)
-            left -= len(chunk)
-        return b"".join(parts)
+        return _read_fd(fd, limit)
     finally:
         os.close(fd)
+
+
+def _read_fd(fd: int, limit: int) -> bytes:
+    parts: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = os.read(fd, min(left, _CHUNK))
+        if not chunk:
+            break
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def read_whole(path: str, limit: int, *, follow: bool = True) -> bytes:
+    """The whole of a regular file of at most limit bytes; FileTooLarge when it holds more (a
+    list such as cgroup.procs cut at the bound would end in half a number). One byte past the
+    bound is read to tell the two apart, so the cost stays bounded."""
+    fd = open_regular(path, follow=follow)
+    try:
+        # procfs and cgroupfs files stat as size 0 (sysfs as a page): a larger size is a file
+        # the kernel did not write (a sparse or huge one), refused before a byte is read
+        if os.fstat(fd).st_size > max(limit, 4096):
+            raise FileTooLarge(path, limit)
+        data = _read_fd(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise FileTooLarge(path, limit)
+    return data
 
 
 def read_text_bounded(path: str, limit: int, *, follow: bool = True) -> str:

@@ -9,7 +9,8 @@ is a new file, opened again). Elsewhere (fixture trees, whose files tests replac
 read opens the file, as hostfile.read_whole does.
 
 Every descriptor comes from hostfile.open_regular (non-blocking, regular files only), and every
-read is bounded; at most `limit` descriptors are kept, the rest opened per read.
+read is whole and bounded (FileTooLarge beyond, as hostfile.read_whole); at most `limit`
+descriptors are kept, the rest opened per read.
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
-import errno
 import os
 
-from exporter.host.hostfile import open_regular, read_bounded
+from exporter.host.hostfile import FileTooLarge, open_regular, read_whole
 
 CGROUP2_SUPER_MAGIC = 0x63677270
 CGROUP_SUPER_MAGIC = 0x27E0EB
@@ -58,7 +58,7 @@ class KeptFiles:
         raise it (a removed cgroup's kept descriptor: ENODEV, and it is dropped)."""
         if not self.keeping:
             self.opens += 1
-            return _whole(read_bounded(path, max_bytes + 1), path, max_bytes)
+            return read_whole(path, max_bytes)
         fd = self._fds.get(path)
         if fd is None:
             fd = open_regular(path)
@@ -93,11 +93,9 @@ class KeptFiles:
 
 
 def _pread_whole(fd: int, path: str, max_bytes: int) -> bytes:
-    return _whole(os.pread(fd, max_bytes + 1, 0), path, max_bytes)
-
-
-def _whole(data: bytes, path: str, max_bytes: int) -> bytes:
-    """data, unless it ran past the bound: a file cut there would be parsed as if whole."""
+    """The whole file from offset 0, unless it runs past the bound (FileTooLarge: a file cut
+    there would be parsed as if whole)."""
+    data = os.pread(fd, max_bytes + 1, 0)
     if len(data) > max_bytes:
-        raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes", path)
+        raise FileTooLarge(path, max_bytes)
     return data

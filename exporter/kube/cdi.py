@@ -69,6 +69,27 @@ class SpecProblem:
     path: str
     reason: str
 
+    @property
+    def kind(self) -> str:
+        """The reason in one word, a label of wattprobe_cdi_spec_rejections_total."""
+        return problem_kind(self.reason)
+
+
+# wattprobe_cdi_spec_rejections_total's reasons
+PROBLEM_KINDS = ("not_a_file", "unreadable", "too_large", "too_many", "invalid")
+
+
+def problem_kind(reason: str) -> str:
+    if reason.startswith("not a regular file"):
+        return "not_a_file"
+    if reason.startswith("unreadable"):
+        return "unreadable"
+    if reason.startswith("larger than"):
+        return "too_large"
+    if " specs: read the first " in reason:
+        return "too_many"
+    return "invalid"
+
 
 @dataclass(frozen=True)
 class CdiIndex:

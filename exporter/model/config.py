@@ -95,6 +95,10 @@ class IdlePower:
         return cls(default_w=default, per_zone_w=tuple(pairs))
 
 
+# One zone's idle power: a rack-scale GPU board is a few kW; 100 kW is no device's idle
+MAX_IDLE_WATTS = 100_000.0
+
+
 def _parse_watts(text: str) -> float:
     try:
         watts = float(text.strip().removesuffix("W").removesuffix("w"))
@@ -102,6 +106,8 @@ def _parse_watts(text: str) -> float:
         raise ValueError(f"{text!r} is not a power in watts") from None
     if not math.isfinite(watts) or watts < 0:
         raise ValueError(f"{text!r} must be a finite, non-negative number of watts")
+    if watts > MAX_IDLE_WATTS:
+        raise ValueError(f"{text!r} is out of range: 0 to {MAX_IDLE_WATTS:g} W")
     return watts
 
 

@@ -21,6 +21,11 @@ MAX_LABEL_CHARS = 256
 # A PUE above this is a typo (a percentage, a price) rather than a facility: the worst
 # datacentres measured are around 3, and a PUE multiplies every kWh billed.
 MAX_PUE = 10.0
+# The dirtiest grids are about 1,200 gCO2e/kWh (lignite); 10,000 is no grid
+MAX_CARBON_INTENSITY = 10_000.0
+# A price (of a kWh or a GPU-hour) in any currency: even in currencies of many digits
+# (IDR, VND) a GPU-hour is under 10^6; past it the value is a typo, not a price
+MAX_PRICE = 1e6
 
 
 class ShowbackError(ValueError):
@@ -131,6 +136,11 @@ def check_values(s: Showback) -> None:
         _finite(s.carbon_intensity, "carbon_intensity")
         if s.carbon_intensity < 0:
             raise ShowbackError(f"carbon_intensity: {s.carbon_intensity:g} is negative")
+        if s.carbon_intensity > MAX_CARBON_INTENSITY:
+            raise ShowbackError(
+                f"carbon_intensity: {s.carbon_intensity:g} is over {MAX_CARBON_INTENSITY:g} "
+                "gCO2e/kWh"
+            )
     if s.currency:
         _currency(s.currency, "currency")
     _gpu_hour_prices(s.gpu_hour_prices)
@@ -166,6 +176,8 @@ def _price(price: Price, where: str) -> None:
     _finite(price.amount, where)
     if price.amount < 0:
         raise ShowbackError(f"{where}: {price.amount:g} is negative")
+    if price.amount > MAX_PRICE:
+        raise ShowbackError(f"{where}: {price.amount:g} is over {MAX_PRICE:g}")
     if price.currency:
         _currency(price.currency, where)
 

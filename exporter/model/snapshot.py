@@ -153,6 +153,7 @@ class Snapshot:
     ebpf_maps: tuple[MapStats, ...] = ()  # fill and evictions of the eBPF maps, when in use
     pod_info: tuple[PodInfo, ...] = ()  # only with --kube.pod-labels
     gpu_allocations: tuple[GpuAllocation, ...] = ()  # from the kubelet's PodResources API
+    cdi_rejections: tuple[tuple[str, int], ...] = ()  # CDI spec files refused, per reason
     devices: tuple[DeviceHealth, ...] = ()  # every device a meter has seen, GPUs included
     estimate: EstimateInfo | None = None  # while the estimate is in use
     # Attributed zones' energy not (yet) on any workload: given up, and held now

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from exporter.host.hostfile import read_bounded
 from exporter.host.strictyaml import YamlRefused, load_strict
 
 MAX_FILE_BYTES = 1 << 20  # a web config is a few hundred bytes; refuse to parse a huge one
@@ -160,8 +161,8 @@ def parse_web_config(text: str, base_dir: Path) -> WebConfig:
 def read_web_config(path: Path) -> WebConfig:
     """Read and validate the file's syntax and values (not yet the certificates: see tls.py)."""
     try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
+        # non-blocking and regular files only (hostfile.py): a FIFO here must not wedge a reload
+        raw = read_bounded(str(path), MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise WebConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
     if len(raw) > MAX_FILE_BYTES:

@@ -42,6 +42,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHUNK = 65536  # a response is handed to a transport this much at a time (its buffer's bound)
+# Bytes taken from the socket per read (asyncio's default is 256 KiB). A request head is at most
+# max_header_bytes; what a connection buffers is bounded by that plus one read, so this keeps a
+# pipelining client that does not read its answers at ~32 KiB, not ~270 KiB (4,096 of them: 128
+# MiB rather than a gigabyte). TLS records are at most 16 KiB, so TLS reads are not split more.
+READ_SIZE = 16384
 LINGER_S = 0.5
 LINGER_BYTES = 256 * 1024
 # Written at accept time, without reading the request, when all connection slots are taken: it
@@ -104,7 +109,8 @@ class Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         if len(server.connections) >= server.max_connections and not server.evict_one():
             self._refused = True
-            server.counters.shed_refused += 1
+            server.counters.shed("refused")
+            server.shed_log.event("refused")
             if server.tls:
                 transport.abort()
             else:
@@ -120,6 +126,8 @@ class Connection(asyncio.Protocol):
         # pause at any unsent byte: a response is handed over one CHUNK at a time, so a client
         # that does not read holds at most one chunk here, never a copy of the whole page
         transport.set_write_buffer_limits(high=0)
+        if hasattr(transport, "max_size"):  # asyncio's selector transport: its recv() size
+            transport.max_size = READ_SIZE
         if server.tls:
             self._hello = bytearray()
         self._task = loop.create_task(self._run())  # held: the loop keeps only a weak ref
@@ -137,10 +145,19 @@ class Connection(asyncio.Protocol):
         self.reader.feed(data)
         if self.reader.pending > self.limits.max_header_bytes and not self._read_paused:
             # a pipelining client that does not read cannot make us buffer more than one head
-            assert self.transport is not None
-            self.transport.pause_reading()
-            self._read_paused = True
+            # (and one read): reading resumes only once what is buffered holds no whole request
+            self._pause_reading()
         self._wake()
+
+    def _pause_reading(self) -> None:
+        if self._raw is not None and not self._lost:
+            self._raw.pause_reading()
+            self._read_paused = True
+
+    def _resume_reading(self) -> None:
+        if self._read_paused and self._raw is not None and not self._lost:
+            self._raw.resume_reading()
+        self._read_paused = False
 
     def _tls_received(self, data: bytes) -> bytes:
         """Socket bytes through TLS: the plaintext they carry (b"" during the handshake)."""
@@ -182,7 +199,7 @@ class Connection(asyncio.Protocol):
             self._tls_failure(exc)
             return None
         assert self.server.web is not None
-        state = self.server.web.current()
+        state = self.server.web.current_nowait()
         self._hello = None
         if state.context is None or not self.server.handshake_may_start(
             self, asyncio.get_running_loop().time()
@@ -305,6 +322,8 @@ class Connection(asyncio.Protocol):
         return True
 
     async def _serve_requests(self, deadline: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        waited_s = 0.0  # time the client made us wait while it kept requests queued
         while True:
             try:
                 req = await self._read_request(deadline)
@@ -320,6 +339,7 @@ class Connection(asyncio.Protocol):
             deadline = None  # later requests: idle timeout, then header timeout
             # a request being answered is not given up for a newcomer at the limit ...
             unproven = self.server.unproven.pop(self, None) is not None
+            self.server.idle.pop(self, None)
             response = await self._respond(req)
             if response.status >= 400 and (unproven or response.status in (401, 429)):
                 # ... but a client refused what it asked is given up again (from the youngest
@@ -333,11 +353,23 @@ class Connection(asyncio.Protocol):
             head = render(
                 response, head_only=True, keep_alive_10=req.version == "HTTP/1.0" and not close
             )
-            await self._send(head, b"" if req.method == "HEAD" else response.body)
+            # A pipelining client (its next request is here before its answer is handed over)
+            # shares one write timeout among its queued answers: the time it made us wait adds
+            # up, so a client that reads slowly while it keeps asking is cut (issue 41), not
+            # given a fresh timeout per answer. Once nothing is queued, the sum starts afresh.
+            started = loop.time()
+            await self._send(
+                head,
+                b"" if req.method == "HEAD" else response.body,
+                started + self.limits.write_timeout_s - waited_s,
+            )
+            waited_s = waited_s + (loop.time() - started) if self.reader.pending else 0.0
             if close:
                 if req.has_body:
                     await self._linger()  # the unread body must not turn into a reset
                 return
+            if self not in self.server.unproven:  # answered: waits for its next request
+                self.server.idle[self] = asyncio.get_running_loop().time()
 
     async def _read_request(self, deadline: float | None) -> Request | None:
         """The next request, or None when the client closed (or went silent) between requests.
@@ -350,15 +382,18 @@ class Connection(asyncio.Protocol):
         limits = self.limits
         first_byte_by = deadline if deadline is not None else loop.time() + limits.idle_timeout_s
         head_by = deadline
-        if self._read_paused and self.transport is not None:
-            self.transport.resume_reading()
-            self._read_paused = False
         while True:
             if head_by is None and self.reader.started:
                 head_by = loop.time() + limits.header_timeout_s
             head = self.reader.next_head()
             if head is not None:
+                # pipelined requests already buffered are served before more is read: before
+                # issue 41 reading resumed at every request, and a client sending 64 requests
+                # per write while reading slowly grew this buffer by a read per answer
+                if self.reader.pending <= self.limits.max_header_bytes:
+                    self._resume_reading()
                 return parse_head(head)
+            self._resume_reading()  # no whole request buffered: more bytes are needed
             if self._eof or self._lost:
                 if self.reader.started:
                     raise HttpError(400)  # closed in the middle of a head
@@ -370,7 +405,7 @@ class Connection(asyncio.Protocol):
         server = self.server
         extra: tuple[tuple[str, str], ...] = ()
         if server.web is not None:
-            state = server.web.current()
+            state = server.web.current_nowait()
             extra = server.extra_headers(state)
             if state.auth.enabled:
                 verdict = await server.authorize(state.auth, req.header("authorization"), self.peer)
@@ -399,15 +434,16 @@ class Connection(asyncio.Protocol):
         )
         await self._linger()
 
-    async def _send(self, data: bytes, body: bytes = b"") -> None:
-        """Hand data, then body, to the kernel within write_timeout_s, or raise _Closed.
+    async def _send(self, data: bytes, body: bytes = b"", deadline: float | None = None) -> None:
+        """Hand data, then body, to the kernel by deadline (default: write_timeout_s from now),
+        or raise _Closed.
 
         body is the shared cached exposition: it is written in slices, never copied whole (a
         head + body concatenation per response was 380 KiB per slow reader on a 5,000-process
         node); only the head and the first slice are joined, into one packet.
         """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.limits.write_timeout_s
+        if deadline is None:
+            deadline = asyncio.get_running_loop().time() + self.limits.write_timeout_s
         view = memoryview(body)
         first = max(0, CHUNK - len(data))
         for chunk in _slices(data + view[:first], view, first):
@@ -418,6 +454,8 @@ class Connection(asyncio.Protocol):
                 if self._lost:
                     raise _Closed("client gone")
                 if not await self._wait(deadline):
+                    self.server.counters.shed("slow_reader")
+                    self.server.shed_log.event("slow_reader")
                     raise _Closed("client too slow to take the response")
 
     async def _linger(self) -> None:
@@ -435,9 +473,7 @@ class Connection(asyncio.Protocol):
         self._discarded = self.reader.pending
         if transport.can_write_eof():
             transport.write_eof()
-        if self._read_paused:
-            transport.resume_reading()
-            self._read_paused = False
+        self._resume_reading()
         while not (self._eof or self._lost):
             if not await self._wait(deadline):
                 return

@@ -209,6 +209,11 @@ class HeadReader:
         self._buf += data
 
     @property
+    def buffered(self) -> int:
+        """Bytes held, consumed ones not yet dropped included (what the connection costs)."""
+        return len(self._buf)
+
+    @property
     def pending(self) -> int:
         """Bytes buffered and not yet part of a returned head."""
         return len(self._buf) - self._start

@@ -10,7 +10,8 @@ response headers from --web.config.file (exporter/web/live.py), re-read when the
 
 What the server bounds, beyond each connection's deadlines:
 - connections: --web.max-connections; at the limit a new one replaces the oldest connection that
-  is silent (no request being answered, none answered with less than 400), else gets 503;
+  is silent (no request being answered, none answered with less than 400), else the one answered
+  connection that has waited longest for its next request (idle keep-alive), else gets 503;
 - TLS handshakes holding TLS state: MAX_HANDSHAKES; a new one gives up the oldest;
 - bcrypt checks waiting: exporter/web/authgate.py, per peer and in all; more get 429 at once;
 - memory given back: after a flood has closed many connections, malloc_trim returns the freed
@@ -38,6 +39,7 @@ from exporter.model.snapshot import Snapshot
 from exporter.web.auth import BasicAuth
 from exporter.web.authgate import AuthGate
 from exporter.web.connection import Connection
+from exporter.web.episodes import ShedEpisodes
 from exporter.web.live import LiveWebConfig, WebState
 from exporter.web.routes import Health, Routes
 from exporter.web.telemetry import WebCounters, WebTelemetry
@@ -121,12 +123,17 @@ class MetricsServer:
         self.server_address: tuple[Any, ...] = self.socket.getsockname()
         self.renderer = Renderer(routes.cache)
         self.counters = WebCounters()
+        self.shed_log = ShedEpisodes()
         routes.cache.register(WebTelemetry(self.counters, web))
         # every open connection; apart, those that are silent (no request being answered and
         # none answered below 400; oldest first: dicts keep insertion order), the ones given up
         # at the limit; and the TLS handshakes holding TLS state, oldest first
         self.connections: set[Connection] = set()
         self.unproven: dict[Connection, float] = {}
+        # answered connections waiting for their next request, longest waiting first: at the
+        # limit they give way after the silent ones, so held connections cannot lock out a new
+        # scraper (issue 41: 4,096 connections that each got a 200 kept every newcomer at 503)
+        self.idle: dict[Connection, float] = {}
         self.handshaking: dict[Connection, float] = {}
         self.auth_gate = AuthGate()
         self.trimmer = Trimmer()
@@ -189,6 +196,7 @@ class MetricsServer:
             trim.cancel()
 
     def _trim(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.shed_log.tick()
         if self.trimmer.tick():
             log.debug("freed heap returned to the system after %d connections", TRIM_AFTER_CLOSED)
         if self._stop is not None and not self._stop.is_set():
@@ -235,15 +243,31 @@ class MetricsServer:
         costs a scraper nothing unless --web.max-connections newer connections arrive before
         its request does.
         """
-        if not self.unproven:
+        if self.unproven:
+            pool, reason = self.unproven, "silent"
+        elif self.idle:
+            # then the answered connection idle longest: a scraper that held it reconnects
+            # (Prometheus retries a GET on a closed keep-alive connection); a newcomer never
+            # waits for the idle timeout
+            pool, reason = self.idle, "idle"
+        else:
             return False
         # a connection whose request has arrived but not yet been read is not silent: under a
         # burst the loop accepts a batch of connections before it reads the ones before them
-        candidates = list(itertools.islice(self.unproven, EVICT_SCAN))
-        conn = next((c for c in candidates if not c.has_unread_bytes()), candidates[0])
-        del self.unproven[conn]
+        candidates = list(itertools.islice(pool, EVICT_SCAN))
+        conn = next(
+            (
+                c
+                for c in candidates
+                # an idle one whose next request has begun to arrive is not idle any more
+                if not c.has_unread_bytes() and (pool is self.unproven or not c.reader.pending)
+            ),
+            candidates[0],
+        )
+        del pool[conn]
         self.connections.discard(conn)
-        self.counters.shed_silent += 1
+        self.counters.shed(reason)
+        self.shed_log.event(reason)
         log.debug("connection from %r given up for a new one at the limit", conn.peer)
         conn.abort()
         return True
@@ -254,7 +278,8 @@ class MetricsServer:
         """
         while len(self.handshaking) >= MAX_HANDSHAKES:
             oldest, started = next(iter(self.handshaking.items()))
-            self.counters.shed_tls_handshake += 1
+            self.counters.shed("tls_handshake")
+            self.shed_log.event("tls_handshake")
             if now - started < HANDSHAKE_GRACE_S:
                 return False
             del self.handshaking[oldest]
@@ -268,6 +293,7 @@ class MetricsServer:
     def connection_closed(self, conn: Connection) -> None:
         self.connections.discard(conn)
         self.unproven.pop(conn, None)
+        self.idle.pop(conn, None)
         self.handshaking.pop(conn, None)
         self.trimmer.closed_one()
 
@@ -294,7 +320,7 @@ class MetricsServer:
     def extra_headers(self, state: WebState | None = None) -> tuple[tuple[str, str], ...]:
         if self.web is None:
             return ()
-        return (state or self.web.current()).config.headers
+        return (state or self.web.current_nowait()).config.headers
 
 
 def make_server(

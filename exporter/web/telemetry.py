@@ -15,7 +15,7 @@ from prometheus_client.registry import Collector
 from exporter.exposition.metrics import BY_NAME, PREFIX
 from exporter.web.live import LiveWebConfig
 
-SHED_REASONS = ("silent", "refused", "tls_handshake")
+SHED_REASONS = ("silent", "idle", "refused", "tls_handshake", "slow_reader")
 
 
 @dataclass
@@ -25,7 +25,14 @@ class WebCounters:
     auth_refused: int = 0
     shed_silent: int = 0
     shed_refused: int = 0
+    shed_idle: int = 0
     shed_tls_handshake: int = 0
+    shed_slow_reader: int = 0
+
+    def shed(self, reason: str) -> None:
+        """Count one connection shed for reason (one of SHED_REASONS)."""
+        name = f"shed_{reason}"
+        setattr(self, name, getattr(self, name) + 1)
 
 
 def _family(name: str) -> Metric:

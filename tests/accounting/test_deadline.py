@@ -9,7 +9,14 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from exporter.accounting.deadline import BUSY, TIMEOUT, Call, DeadlineReads, InlineReads
+from exporter.accounting.deadline import (
+    ABANDON_LIMIT,
+    BUSY,
+    TIMEOUT,
+    Call,
+    DeadlineReads,
+    InlineReads,
+)
 from exporter.model.readings import SourceError
 
 TIMEOUT_S = 0.2
@@ -210,3 +217,79 @@ def test_inline_reads_run_on_the_callers_thread() -> None:
 def test_timeout_must_be_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
         DeadlineReads(0.0)
+
+
+def _until_fresh(reads: DeadlineReads, calls: list[Call], key: str) -> object:
+    """run() until key returns in time; bounded (each run waits at most one deadline)."""
+    for _ in range(int(WAIT_S / TIMEOUT_S) + 10):
+        out = reads.run(calls)[key]
+        if not out.missed:
+            return out.value
+        time.sleep(TIMEOUT_S / 4)
+    raise AssertionError(f"{key} never answered")
+
+
+def test_a_stuck_worker_is_abandoned_and_the_source_called_afresh(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A call stuck past the bound is left behind: a fresh worker calls the source again, the
+    stuck call's result is never used, and its thread ends when it returns."""
+    stuck = threading.Event()
+    calls_made: list[str] = []
+
+    def read() -> str:
+        calls_made.append("call")
+        if len(calls_made) == 1:
+            stuck.wait(WAIT_S)  # the first call blocks, as a read in the kernel would
+            return "stale"
+        return "fresh"
+
+    reads = DeadlineReads(TIMEOUT_S, abandon_after_s=TIMEOUT_S * 2)
+    try:
+        calls = [Call("k", "src", read), Call("k2", "src", lambda: "second")]
+        first = reads.run(calls)
+        assert first["k"].missed == TIMEOUT
+        assert _until_fresh(reads, calls, "k") == "fresh"
+        assert reads.abandoned == {"src": 1}
+        left = [t for t in threading.enumerate() if t.name == "source-src"]
+        assert len(left) == 2  # the stuck one and the fresh one
+        stuck.set()  # the abandoned thread ends after its one call; the fresh one waits for jobs
+        for _ in range(3):
+            got = reads.run(calls)
+            assert got["k"].value != "stale"
+            assert got["k2"].value == "second"
+        assert any("left behind" in r.getMessage() for r in caplog.records)
+    finally:
+        reads.close()
+    for t in left:
+        t.join(WAIT_S)
+    assert not [t for t in left if t.is_alive()]
+
+
+def test_abandoned_threads_are_bounded_per_source(caplog: pytest.LogCaptureFixture) -> None:
+    """A source stuck every time costs at most ABANDON_LIMIT threads, then stays busy."""
+    gate = threading.Event()
+
+    def read() -> int:
+        gate.wait(WAIT_S)
+        return 1
+
+    reads = DeadlineReads(TIMEOUT_S, abandon_after_s=TIMEOUT_S)
+    try:
+        calls = [Call("k", "src", read)]
+        for _ in range(int(WAIT_S / TIMEOUT_S)):
+            got = reads.run(calls)["k"]
+            assert got.missed in (TIMEOUT, BUSY)
+            if reads.abandoned.get("src", 0) > ABANDON_LIMIT:
+                break
+            time.sleep(TIMEOUT_S / 2)
+        assert reads.abandoned["src"] == ABANDON_LIMIT + 1  # the limit, and said once
+        assert reads.run(calls)["k"].missed == BUSY
+        assert len([t for t in threading.enumerate() if t.name == "source-src"]) == (
+            ABANDON_LIMIT + 1
+        )
+        errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+        assert len(errors) == 1
+    finally:
+        gate.set()
+        reads.close()

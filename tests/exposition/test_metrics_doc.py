@@ -51,6 +51,7 @@ def rich_snapshot() -> Snapshot:
             "pod_info": (PodInfo("uid", "pod", "ns", (("team", "a"),)),),
             "estimate": EstimateInfo("Intel Xeon Platinum 8175M", "m5.xlarge", "instance"),
             "gpu_allocations": (GpuAllocation("0", "GPU-1", "1", "MIG-1", "ns", "pod", "app"),),
+            "cdi_rejections": (("invalid", 1),),
         }
     )
 

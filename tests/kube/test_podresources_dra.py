@@ -5,6 +5,8 @@ spec and a missing spec directory; then the holders and `check`'s account of it 
 
 from __future__ import annotations
 
+import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -279,3 +281,40 @@ def test_volcano_placeholders_follow_the_pods_annotation(
         ]
     finally:
         poller.stop()
+
+
+def test_cdi_rejections_are_counted_and_logged_per_episode(
+    node: tuple[FakePodResources, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 41: a refused spec was logged once for the life of the process and counted
+    nowhere. Now each time a spec becomes refused it counts, by reason, and is logged; while it
+    stays refused, nothing more; once fixed, one line says so."""
+    fake, root = node
+    broken = next((root / "run").rglob("*claim_broken.yaml"))
+    poller = PodResourcesPoller(
+        PodResourcesClient(fake.socket_path, timeout_s=2),
+        interval_s=10,
+        ttl_s=3600,
+        cdi=CdiScanner((root / "etc", root / "run")),
+    )
+    kube = KubeWorkloads(store=None, pod_source=None, podresources=poller)
+    caplog.set_level(logging.INFO, logger="exporter.kube.podresources.poller")
+    try:
+        for _ in range(3):
+            poller.poll_once()
+        assert kube.cdi_rejections() == (("invalid", 1),)
+        os.mkfifo(broken.with_name("k8s.gpu.nvidia.com-fifo.yaml"))
+        poller.poll_once()
+        poller.poll_once()
+        assert kube.cdi_rejections() == (("invalid", 1), ("not_a_file", 1))
+        good = broken.read_text()
+        broken.write_text("kind: nvidia.com/gpu\ncdiVersion: 0.6.0\ndevices: []\n")
+        poller.poll_once()
+        broken.write_text(good)  # broken again: a new episode
+        poller.poll_once()
+        assert kube.cdi_rejections() == (("invalid", 2), ("not_a_file", 1))
+    finally:
+        poller.stop()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 3 and sum("claim_broken" in w for w in warnings) == 2
+    assert sum("no longer refused" in r.getMessage() for r in caplog.records) == 1

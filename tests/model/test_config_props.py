@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from exporter.model.config import IdlePower, parse_duration, parse_listen_address
+from exporter.model.config import (
+    MAX_IDLE_WATTS,
+    IdlePower,
+    parse_duration,
+    parse_listen_address,
+)
 from tests.support.props import PROPERTY
 
 UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -73,7 +79,7 @@ def test_listen_address_garbage(text: str) -> None:
     assert 0 <= port <= 65535
 
 
-watts = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False)
+watts = st.floats(min_value=0, max_value=MAX_IDLE_WATTS, allow_nan=False, allow_infinity=False)
 zones = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_0123456789", min_size=1, max_size=12)
 
 
@@ -106,3 +112,8 @@ def test_idle_power_garbage(text: str) -> None:
     if parsed.default_w is not None:
         values.append(parsed.default_w)
     assert all(math.isfinite(w) and w >= 0 for w in values)
+
+
+def test_idle_power_over_the_bound_is_refused() -> None:
+    with pytest.raises(ValueError, match="out of range"):
+        IdlePower.parse(f"{MAX_IDLE_WATTS * 2:g}")

@@ -33,3 +33,6 @@ class StaticIdentity:
 
     def gpu_allocations(self) -> Sequence[GpuAllocation]:
         return self.allocations()
+
+    def cdi_rejections(self) -> Sequence[tuple[str, int]]:
+        return ()

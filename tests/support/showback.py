@@ -9,12 +9,20 @@ from typing import Any
 import yaml
 from hypothesis import strategies as st
 
-from exporter.model.showback import MAX_LABEL_CHARS, MAX_PUE, GpuHourPrice, Price, Showback
+from exporter.model.showback import (
+    MAX_CARBON_INTENSITY,
+    MAX_LABEL_CHARS,
+    MAX_PRICE,
+    MAX_PUE,
+    GpuHourPrice,
+    Price,
+    Showback,
+)
 
 CURRENCIES = st.from_regex(r"\A[A-Z]{3}\Z")
-AMOUNTS = st.floats(min_value=0.0, max_value=1e9, allow_nan=False, allow_infinity=False)
+AMOUNTS = st.floats(min_value=0.0, max_value=MAX_PRICE, allow_nan=False, allow_infinity=False)
 PUES = st.floats(min_value=1.0, max_value=MAX_PUE, allow_nan=False)
-INTENSITIES = st.floats(min_value=0.0, max_value=1e5, allow_nan=False)
+INTENSITIES = st.floats(min_value=0.0, max_value=MAX_CARBON_INTENSITY, allow_nan=False)
 # label values as a user writes them: any printable text (quotes, colons, '#', non-ASCII)
 NAMES = st.text(st.characters(codec="utf-8"), min_size=1, max_size=40).filter(
     lambda t: t.isprintable()
@@ -83,6 +91,13 @@ def to_yaml(s: Showback) -> str:
 
 NOT_FINITE = st.sampled_from([math.nan, math.inf, -math.inf])
 NEGATIVE = st.floats(max_value=-1e-300, allow_nan=False, allow_infinity=False)
+
+
+def over(bound: float) -> st.SearchStrategy[float]:
+    """Finite numbers past a bound (issue 41: absurd values are refused too)."""
+    return st.floats(min_value=math.nextafter(bound, math.inf), allow_infinity=False)
+
+
 BAD_CURRENCIES = st.text(max_size=6).filter(
     lambda t: not (len(t) == 3 and t.isascii() and t.isalpha() and t.isupper())
 )
@@ -114,9 +129,9 @@ def bad_showbacks(draw: st.DrawFn) -> tuple[Showback, str]:
         high = st.floats(min_value=math.nextafter(MAX_PUE, math.inf), allow_infinity=False)
         bad["pue"] = draw(low | high | NOT_FINITE)
     elif kind == "energy_price":
-        bad["energy_price"] = Price(draw(NEGATIVE | NOT_FINITE), code)
+        bad["energy_price"] = Price(draw(NEGATIVE | NOT_FINITE | over(MAX_PRICE)), code)
     elif kind == "carbon_intensity":
-        bad["carbon_intensity"] = draw(NEGATIVE | NOT_FINITE)
+        bad["carbon_intensity"] = draw(NEGATIVE | NOT_FINITE | over(MAX_CARBON_INTENSITY))
     elif kind == "currency":
         bad["currency"] = draw(BAD_CURRENCIES.filter(bool))
         bad["energy_price"] = None

@@ -166,3 +166,116 @@ def test_a_valid_login_is_not_starved_by_300_wrong_passwords(
         body = read_all(sock)
     assert b"wattprobe_web_auth_refused_total " in body
     assert b"wattprobe_web_config_last_reload_successful 1.0" in body
+
+
+ADDRESSES = 50
+
+
+class _Counting(BasicAuth):
+    """check() is instant and counts; "good" is the only good header."""
+
+    def __init__(self) -> None:
+        super().__init__((("u", bcrypt_hash("p", cost=4)),))
+        self.order: list[str | None] = []
+
+    def cached(self, authorization: str | None) -> bool:
+        return False
+
+    def check(self, authorization: str | None) -> bool:
+        self.order.append(authorization)
+        return authorization == "good"
+
+
+def test_guessers_on_50_addresses_cannot_starve_a_scraper() -> None:
+    """Issue 41: guessers spread over 50 loopback addresses keep the bound in all full; a
+    scraper's first login from a 51st address gets in and is checked before the guessers' next
+    ones, and once it has logged in it goes first, every time, however full the queue."""
+
+    async def scenario() -> tuple[list[bool | None], list[int], int]:
+        auth, gate = _Counting(), AuthGate()
+        guessers: list[asyncio.Future[bool | None]] = []
+
+        def guess() -> None:  # keep every guesser address at PER_PEER waiting checks
+            for i in range(ADDRESSES):
+                for _ in range(PER_PEER):
+                    peer = (f"127.0.0.{i + 1}", 40000)
+                    guessers.append(asyncio.ensure_future(gate.check(auth, "wrong", peer)))
+
+        scraper: list[bool | None] = []
+        before: list[int] = []  # checks run between a scraper's request and its check
+        for _ in range(5):
+            guess()
+            await asyncio.sleep(0)  # the guesses are queued: the bound in all is reached
+            asked = len(auth.order)
+            scraper.append(await gate.check(auth, "good", ("127.0.0.200", 40001)))
+            before.append(auth.order.index("good", asked) - asked)
+            guess()
+            await asyncio.sleep(0.01)
+        await asyncio.gather(*guessers)
+        gate.close()
+        return scraper, before, gate.refused
+
+    scraper, before, refused = asyncio.run(scenario())
+    assert scraper == [True] * 5
+    # the first login: after at most the check in progress and one per address with as few
+    # checks run; later ones (a trusted address): after at most the check in progress
+    assert before[0] <= 1 + ADDRESSES
+    assert all(n <= 1 for n in before[1:]), before
+    assert refused > 0  # the guessers were over the bound in all
+
+
+def test_a_failed_login_loses_the_address_its_turn_first() -> None:
+    async def scenario() -> list[str | None]:
+        auth, gate = _Counting(), AuthGate()
+        peer = ("127.0.0.9", 1)
+        assert await gate.check(auth, "good", peer) is True
+        assert await gate.check(auth, "wrong", peer) is False
+        auth.order.clear()
+        slow = _Recorder()
+        # a check in progress, then the once-trusted address and another with no check run
+        first = asyncio.ensure_future(gate.check(slow, "busy", ("127.0.0.50", 1)))
+        await asyncio.sleep(0.01)
+        a = asyncio.ensure_future(gate.check(auth, "a", peer))
+        b = asyncio.ensure_future(gate.check(auth, "b", ("127.0.0.51", 1)))
+        await asyncio.sleep(0.01)
+        slow.release.set()
+        await asyncio.gather(first, a, b)
+        gate.close()
+        return auth.order
+
+    # 127.0.0.9 lost its turn first and has had two checks: the fresh address goes before it
+    assert asyncio.run(scenario()) == ["b", "a"]
+
+
+@pytest.mark.slow
+def test_guessers_on_50_loopback_addresses_leave_a_scraper_its_login(
+    auth_server: tuple[MetricsServer, dict[str, str]],
+) -> None:
+    """The same over real sockets: 50 addresses (127.0.0.2-51), 6 wrong-password connections
+    each, hold the bcrypt queue full; a scraper's first login from 127.0.0.100 is answered 200,
+    not 429 (before issue 41: 429 five times out of five with 20 addresses)."""
+    server, passwords = auth_server
+    port = server.server_address[1]
+    guessers = []
+    try:
+        for i in range(ADDRESSES):
+            for _ in range(PER_PEER + 2):
+                sock = socket.create_connection(
+                    ("127.0.0.1", port), timeout=60, source_address=(f"127.0.0.{i + 2}", 0)
+                )
+                sock.sendall(_request("user0", "wrong"))
+                guessers.append(sock)
+        with socket.create_connection(
+            ("127.0.0.1", port), timeout=60, source_address=("127.0.0.100", 0)
+        ) as scraper:
+            scraper.sendall(_request("user1", passwords["user1"]))
+            assert status_of(scraper.recv(4096)) == 200
+        statuses = []
+        for sock in guessers:
+            sock.settimeout(60)
+            statuses.append(status_of(sock.recv(4096)))
+        assert set(statuses) <= {401, 429}
+        assert statuses.count(429) == server.counters.auth_refused > 0
+    finally:
+        for sock in guessers:
+            sock.close()

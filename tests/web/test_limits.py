@@ -1,8 +1,9 @@
 """The connection limit on the event loop (docs/security.md): at the limit a new connection
 replaces the oldest silent connection (no request being answered, none answered below 400),
-whatever its age; a connection that has been answered (a scraper keeping its connection) is
-never given up, one answered only 401 or 404 is, and a new connection finding none to replace
-gets 503."""
+whatever its age; then the answered connection that has waited longest for its next request
+(issue 41: before, answered connections were never given up and 4,096 of them locked every new
+scraper out); one answered only 401 or 404 counts as silent; a connection whose request is
+being answered is never given up, and a new connection finding none to replace gets 503."""
 
 from __future__ import annotations
 
@@ -71,15 +72,46 @@ def test_a_new_connection_replaces_the_oldest_silent_one(server: MetricsServer) 
         sock.close()
 
 
-def test_answered_and_young_connections_are_kept(server: MetricsServer) -> None:
+def test_answered_idle_connections_give_way_longest_idle_first(server: MetricsServer) -> None:
     kept = [_connect(server) for _ in range(LIMIT)]
     for sock in kept:
-        assert _healthz(sock) == 200  # each one a scraper holding its connection
-    with _connect(server) as extra:
-        answer = read_all(extra)
-    assert status_of(answer) == 503 and b"Retry-After: 1" in answer
+        assert _healthz(sock) == 200  # each one answered, then held open
+    assert _healthz(kept[0]) == 200  # kept[0] asked again: kept[1] has waited longest now
+    with _connect(server) as scraper:
+        assert _healthz(scraper) == 200
+    assert _closed(kept[1])
+    assert server.counters.shed_idle == 1 and server.counters.shed_refused == 0
+    for sock in (kept[0], *kept[2:]):
+        assert _healthz(sock) == 200  # the others were left alone
     for sock in kept:
-        assert _healthz(sock) == 200  # none was closed for the newcomer
+        sock.close()
+
+
+def test_held_connections_that_keep_asking_do_not_lock_new_scrapers_out(
+    server: MetricsServer,
+) -> None:
+    """Issue 41: connections that each got a 200 and keep re-requesting (renewing their hold)
+    filled the table; every fresh scrape got 503 until the idle timeout. Now each fresh scrape
+    is answered, a held connection giving way."""
+    held = [_connect(server) for _ in range(LIMIT)]
+    for sock in held:
+        assert _healthz(sock) == 200
+    answered = 0
+    for _ in range(20):
+        for i, sock in enumerate(held):
+            try:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+                if sock.recv(4096).startswith(b"HTTP/1.1 200"):
+                    continue
+            except OSError:
+                pass  # it was given up: closed under it
+            sock.close()  # given up for a scraper: the holder reconnects, as a flood would
+            held[i] = _connect(server)
+            _healthz(held[i])
+        with _connect(server) as scraper:
+            answered += _healthz(scraper) == 200
+    assert answered == 20
+    for sock in held:
         sock.close()
 
 

@@ -46,7 +46,9 @@ def test_reload_status_follows_the_last_read(tmp_path: Path) -> None:
 
 def test_every_family_is_catalogued_with_its_labels(tmp_path: Path) -> None:
     path = write_config(tmp_path / "web.yml", {"basic_auth_users": {"u": bcrypt_hash("p")}})
-    counters = WebCounters(auth_refused=3, shed_silent=2, shed_refused=1, shed_tls_handshake=4)
+    counters = WebCounters(
+        auth_refused=3, shed_silent=2, shed_refused=1, shed_tls_handshake=4, shed_slow_reader=5
+    )
     families = {f.name: f for f in WebTelemetry(counters, LiveWebConfig.load(path)).collect()}
     assert set(families) == {PREFIX + spec.name for spec in WEB_CATALOGUE}
     for spec in WEB_CATALOGUE:
@@ -56,7 +58,7 @@ def test_every_family_is_catalogued_with_its_labels(tmp_path: Path) -> None:
             assert sample.name == spec.exposed_name
             assert set(sample.labels) == set(spec.labels)
     shed = {s.labels["reason"]: s.value for s in families[PREFIX + "web_connections_shed"].samples}
-    assert shed == {"silent": 2, "refused": 1, "tls_handshake": 4}
+    assert shed == {"silent": 2, "idle": 0, "refused": 1, "tls_handshake": 4, "slow_reader": 5}
     assert families[PREFIX + "web_auth_refused"].samples[0].value == 3
 
 

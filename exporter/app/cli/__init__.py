@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import signal
 import sys
 import threading
@@ -80,11 +81,29 @@ def _converter(parse: Callable[[str], Any]) -> Callable[[click.Context, click.Pa
     return convert
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise ValueError(f"{text!r} must be a non-negative number")
-    return value
+# Every numeric flag has a range, and a value outside it (inf, nan, negative, absurd) is one
+# line at start-up, never an agent that serves NaN energy (--estimate.max-watts inf did) or lets
+# a client hold a terabyte header (--web.max-header-bytes 1e12 was accepted). Issue 41.
+# A node's CPU power at full load: the largest two-socket servers draw about 1 kW; 10 kW is
+# far past any one node and still a number the meter's plausibility gate can use.
+MAX_ESTIMATE_WATTS = 10_000.0
+MAX_CONNECTIONS = 1_000_000  # each costs a descriptor and ~4 KiB: past this, memory, not slots
+MAX_REQUESTS = 100_000
+# Go's http.DefaultMaxHeaderBytes: a scrape's head is ~300 bytes, a proxy's headers a few KiB
+MAX_HEADER_BYTES = 1 << 20
+
+
+def _watts(maximum: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a number of watts") from None
+        if not (math.isfinite(value) and 0 <= value <= maximum):
+            raise ValueError(f"{text!r} is out of range: 0 to {maximum:g} W")
+        return value
+
+    return parse
 
 
 def _count(text: str) -> int:
@@ -93,11 +112,12 @@ def _count(text: str) -> int:
     return int(text)
 
 
-def _at_least(minimum: int, why: str) -> Callable[[str], int]:
+def _count_in(minimum: int, maximum: int, why: str = "") -> Callable[[str], int]:
     def parse(text: str) -> int:
-        value = _count(text)
-        if value < minimum:
-            raise ValueError(f"{value} is too small: must be at least {minimum} ({why})")
+        value = _count(text[:32])  # a thousand digits is not a count: no huge int() either
+        if len(text.strip()) > 32 or not minimum <= value <= maximum:
+            because = f" ({why})" if why and value < minimum else ""
+            raise ValueError(f"{text[:32]!r} is out of range: {minimum} to {maximum}{because}")
         return value
 
     return parse
@@ -179,14 +199,14 @@ def source_options(func: F) -> F:
             "--estimate.idle-watts",
             "estimate_idle_w",
             default=None,
-            callback=_converter(_positive_float),
+            callback=_converter(_watts(MAX_ESTIMATE_WATTS)),
             help="estimated node CPU power at idle [default: from the CPU or instance type]",
         ),
         _option(
             "--estimate.max-watts",
             "estimate_max_w",
             default=None,
-            callback=_converter(_positive_float),
+            callback=_converter(_watts(MAX_ESTIMATE_WATTS)),
             help="estimated node CPU power at full load [default: from the CPU or instance type]",
         ),
         _option(
@@ -256,14 +276,14 @@ def web_options(func: F) -> F:
             "--web.max-connections",
             "web_max_connections",
             default=str(limits.max_connections),
-            callback=_converter(_at_least(1, "0 would refuse every connection")),
+            callback=_converter(_count_in(1, MAX_CONNECTIONS, "0 would refuse every connection")),
             help="open connections at once (a memory bound); more are refused with 503",
         ),
         _option(
             "--web.max-requests",
             "web_max_requests",
             default=str(limits.max_requests),
-            callback=_converter(_count),
+            callback=_converter(_count_in(0, MAX_REQUESTS)),
             help="scrapes waiting for a render at once; more get 503 (0: no limit)",
         ),
         _option(
@@ -292,7 +312,11 @@ def web_options(func: F) -> F:
             "web_max_header_bytes",
             default=str(limits.max_header_bytes),
             callback=_converter(
-                _at_least(MIN_HEADER_BYTES, "a scrape's request line and headers must fit")
+                _count_in(
+                    MIN_HEADER_BYTES,
+                    MAX_HEADER_BYTES,
+                    "a scrape's request line and headers must fit",
+                )
             ),
             help="largest request head (request line and headers) accepted",
         ),
@@ -647,7 +671,7 @@ def _report_period(text: str) -> Any:
     "--nodes-per-query",
     default="100",
     show_default=True,
-    callback=_converter(_at_least(1, "a query needs a node")),
+    callback=_converter(_count_in(1, 100_000, "a query needs a node")),
     help="nodes one query covers",
 )
 @click.option(

@@ -53,7 +53,10 @@ class PodResourcesPoller:
         self._client = client
         self._cdi = cdi if cdi is not None else CdiScanner()
         self._gpu_resources = gpu_resources
-        self._logged_unknown: set[str] = set()
+        # the CDI problems of the last scan ((path, reason) -> kind; bounded by the number of
+        # spec files read, MAX_SPEC_FILES per directory) and the rejections counted so far
+        self._problems: dict[tuple[str, str], str] = {}
+        self._rejected: dict[str, int] = {}
         self._interval_s = interval_s
         self._ttl_s = ttl_s
         self._clock = clock
@@ -86,12 +89,22 @@ class PodResourcesPoller:
         return latest
 
     def _log_problems(self, cdi: CdiIndex) -> None:
-        """Each bad spec once (bounded: a directory of broken specs must not grow memory)."""
-        for problem in cdi.problems:
-            key = f"{problem.path}: {problem.reason}"
-            if key not in self._logged_unknown and len(self._logged_unknown) < 256:
-                self._logged_unknown.add(key)
-                log.warning("CDI spec %s", key)
+        """A spec problem is counted and logged when it appears, and said once more when it is
+        gone: one line per episode, not per poll nor once for the life of the process (before
+        issue 41 a spec fixed and broken again was never said again, and nothing counted)."""
+        now = {(p.path, p.reason): p.kind for p in cdi.problems}
+        for (path, reason), kind in now.items():
+            if (path, reason) not in self._problems:
+                self._rejected[kind] = self._rejected.get(kind, 0) + 1
+                log.warning("CDI spec %s: %s", path, reason)
+        for path, _reason in self._problems.keys() - now.keys():
+            if not any(p == path for p, _ in now):
+                log.info("CDI spec %s: no longer refused", path)
+        self._problems = now
+
+    def cdi_rejections(self) -> tuple[tuple[str, int], ...]:
+        """Spec files (or directories) refused so far, per problem kind (cdi.PROBLEM_KINDS)."""
+        return tuple(sorted(self._rejected.items()))
 
     def assignments(self) -> tuple[DeviceAssignment, ...]:
         latest = self.latest()

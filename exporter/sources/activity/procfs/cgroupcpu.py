@@ -21,7 +21,7 @@ from pathlib import Path
 from exporter.host.cgroupfs.classify import classify_cgroup
 from exporter.host.cgroupfs.ids import find_v2_root
 from exporter.host.cgroupfs.ns import HOST_ROOT
-from exporter.host.hostfile import read_bounded
+from exporter.host.hostfile import read_whole
 from exporter.host.kernelnum import parse_uint
 
 V2 = "v2"
@@ -116,5 +116,6 @@ def v1_dir(cgroup_root: Path) -> str | None:
 def read_usage(path: str, parse: Callable[[str], int]) -> int:
     """One cgroup CPU total file, bounded, parsed by parse (parse_cpu_stat or
     parse_cpuacct_usage)."""
-    data = read_bounded(path, _MAX_BYTES)
+    # whole or refused (FileTooLarge): a huge file is a hostile one, said as such (hostile.py)
+    data = read_whole(path, _MAX_BYTES)
     return parse(data.decode("ascii", "replace"))

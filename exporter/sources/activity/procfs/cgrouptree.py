@@ -49,6 +49,7 @@ from pathlib import Path
 from exporter.host.cgroupfs.classify import parse_cgroup_path
 from exporter.host.cgroupfs.ids import find_v2_root
 from exporter.host.files import short_error
+from exporter.host.hostfile import read_bounded
 from exporter.host.keptfiles import KeptFiles
 from exporter.model.identity import SYSTEM, ContainerRef
 from exporter.model.readings import TaskKey, TaskSample
@@ -387,8 +388,10 @@ class CgroupTree:
             if own[i] > self._skew_ns:
                 continue  # more than read skew: a container that came and went meanwhile
             try:
-                with open(f"{hierarchy.root}{node.path}/cgroup.procs") as f:
-                    has_procs = bool(f.read(64).strip())
+                # the first bytes tell empty from not; bounded and non-blocking (hostfile.py)
+                has_procs = bool(
+                    read_bounded(f"{hierarchy.root}{node.path}/cgroup.procs", 64).strip()
+                )
             except OSError:
                 continue
             if not has_procs:

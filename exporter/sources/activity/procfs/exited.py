@@ -48,6 +48,7 @@ from typing import Protocol
 
 from exporter.host.cgroupfs.classify import classify_cgroup
 from exporter.host.files import short_error
+from exporter.host.hostile import HostileEpisodes, is_hostile
 from exporter.model.identity import ContainerRef
 from exporter.model.readings import TaskKey, TaskSample
 from exporter.sources.activity.procfs.cgroupcpu import Location
@@ -148,6 +149,7 @@ class ExitedCpu:
         self._scans = 0
         self._last_time: float | None = None
         self.reads = 0  # for benchmarks and tests: cgroup files read
+        self._hostile = HostileEpisodes("cgroup CPU time", log)
 
     def update(self, samples: Sequence[TaskSample]) -> list[TaskSample]:
         return self.update_checked(samples)[1]
@@ -178,6 +180,7 @@ class ExitedCpu:
                 for where in new.keys() - credited.keys():  # a cgroup first live now: read it
                     self._read_one(where, elapsed)
                 credited = new
+        self._hostile.end_round()
         for where, cg in self._cgroups.items():
             if not cg.counts:
                 continue
@@ -265,6 +268,8 @@ class ExitedCpu:
             ns = cg.read()
             self.reads += 1
         except (OSError, ValueError) as exc:
+            if isinstance(exc, OSError) and is_hostile(exc):
+                self._hostile.saw(exc)  # a FIFO, device or huge file as cpu.stat: said once
             log.debug("cgroup CPU time of %s %s: %s", where[0], where[1], short_error(exc))
             if not live:
                 self._drop(where)  # removed with (or after) its last process

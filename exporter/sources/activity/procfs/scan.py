@@ -23,11 +23,12 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
+from stat import S_ISREG
 from typing import Protocol
 
 from exporter.host.cgroupfs.ns import HOST_ROOT, to_host_file
 from exporter.host.files import short_error
-from exporter.host.hostfile import OPEN_FLAGS
+from exporter.host.hostfile import OPEN_FLAGS, FileTooLarge, NotRegularFile, file_kind
 from exporter.host.kernelnum import MAX_DIGITS
 from exporter.model.readings import SourceError, TaskSample
 
@@ -67,26 +68,38 @@ class _Known:
         self.head = head  # "pid (comm)": the part of stat that names the process
 
 
-# O_NONBLOCK (hostfile.OPEN_FLAGS): a FIFO in a fixture /proc reads EOF at once, never waits.
-# No fstat here: this runs for every process every interval, and what a FIFO reads (nothing)
-# fails the stat parse like any garbage.
-_FLAGS = OPEN_FLAGS
+# hostfile.OPEN_FLAGS (O_NONBLOCK): a FIFO in a fixture /proc reads EOF at once, never waits.
+# No fstat on the common path: this runs for every process every interval, and what a FIFO
+# reads (nothing) fails the stat parse like any garbage. A file that fills the first chunk is
+# checked and bounded (_read_rest): a device such as /dev/zero or a huge sparse file there
+# costs at most MAX_FILE_BYTES, never an endless read.
+# /proc/<pid>/stat is under 1 KiB; /proc/<pid>/cgroup a few KiB on a v1 host with deep paths
+MAX_FILE_BYTES = 65536
 
 
 def read_file(path: str) -> bytes:
     """The whole file in as few syscalls as Python allows (procfs files report size 0)."""
-    fd = os.open(path, _FLAGS)
+    fd = os.open(path, OPEN_FLAGS)
     try:
         data = os.read(fd, _CHUNK)
-        return data + _read_rest(fd) if len(data) == _CHUNK else data
+        return data + _read_rest(fd, path) if len(data) == _CHUNK else data
     finally:
         os.close(fd)
 
 
-def _read_rest(fd: int) -> bytes:
+def _read_rest(fd: int, path: str) -> bytes:
+    """What follows a full first chunk: only from a regular file, and at most MAX_FILE_BYTES in
+    all (NotRegularFile, FileTooLarge: the caller skips the process like an unreadable one)."""
+    mode = os.fstat(fd).st_mode
+    if not S_ISREG(mode):
+        raise NotRegularFile(path, file_kind(mode))
     parts = []
-    while chunk := os.read(fd, _CHUNK):
+    left = MAX_FILE_BYTES - _CHUNK
+    while chunk := os.read(fd, min(left + 1, _CHUNK)):
         parts.append(chunk)
+        left -= len(chunk)
+        if left < 0:
+            raise FileTooLarge(path, MAX_FILE_BYTES)
     return b"".join(parts)
 
 
@@ -137,11 +150,11 @@ class ProcScanner:
                 continue
             try:
                 # inline read_file(): this line runs for every process every interval
-                fd = os.open(f"{root}/{name}/stat", _FLAGS)
+                fd = os.open(f"{root}/{name}/stat", OPEN_FLAGS)
                 try:
                     stat = os.read(fd, _CHUNK)
                     if len(stat) == _CHUNK:
-                        stat += _read_rest(fd)
+                        stat += _read_rest(fd, f"{root}/{name}/stat")
                 finally:
                     os.close(fd)
             except (FileNotFoundError, ProcessLookupError):
@@ -186,6 +199,8 @@ class ProcScanner:
             log.debug("skipping %s/%s: %s", self._root, name, exc)
             return None
         self.cgroup_reads += 1
+        if not text:
+            return None  # the kernel writes at least "0::/": nothing is not its file (a FIFO)
         return sys.intern(to_host_file(text, self._cgroupns_root))
 
     def _recheck(self, name: str, prev: _Known) -> _Known | None:
