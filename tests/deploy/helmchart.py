@@ -47,9 +47,7 @@ def _chart() -> Any:
 
 def render(values: dict[str, Any] | None = None) -> list[Obj]:
     """`helm template` of the chart with these values, release in namespace wattprobe."""
-    return parse(
-        _chart().render(copy.deepcopy(values or {}), name=RELEASE, namespace=NAMESPACE)
-    )
+    return parse(_chart().render(copy.deepcopy(values or {}), name=RELEASE, namespace=NAMESPACE))
 
 
 def parse(manifests: dict[str, str]) -> list[Obj]:
@@ -111,8 +109,7 @@ def normalized(obj: Obj, *, helm_rendered: bool) -> Obj:
 
 def keyed(objs: list[Obj], *, helm_rendered: bool) -> dict[tuple[str, str], Obj]:
     found = {
-        (o["kind"], o["metadata"]["name"]): normalized(o, helm_rendered=helm_rendered)
-        for o in objs
+        (o["kind"], o["metadata"]["name"]): normalized(o, helm_rendered=helm_rendered) for o in objs
     }
     assert len(found) == len(objs), "duplicate objects"
     return found

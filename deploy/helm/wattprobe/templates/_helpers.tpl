@@ -26,6 +26,14 @@ fullnameOverride, else the release name where it holds the chart's name (release
 {{- default .Release.Namespace .Values.namespaceOverride -}}
 {{- end }}
 
+{{/*
+A name from values that defaults to <fullname>-<suffix>: (dict "root" $ "name" <value>
+"suffix" "web-config"). Release wattprobe: the kustomize overlays' names.
+*/}}
+{{- define "wattprobe.named" -}}
+{{- .name | default (printf "%s-%s" (include "wattprobe.fullname" .root) .suffix) -}}
+{{- end }}
+
 {{/* The cloud agents' service account (serviceAccount.name, else the fullname). */}}
 {{- define "wattprobe.serviceAccountName" -}}
 {{- default (include "wattprobe.fullname" .) .Values.serviceAccount.name -}}

@@ -32,19 +32,20 @@ scheme: https
 tlsConfig:
   {{- toYaml $m.tlsConfig | nindent 2 }}
 {{- else if $v.webConfig.enabled }}
+{{- $secret := include "wattprobe.named" (dict "root" .root "name" $v.webConfig.scrape.secretName "suffix" "scrape-tls") }}
 scheme: https
 tlsConfig:
   serverName: {{ $v.webConfig.scrape.serverName | default (printf "%s.%s.svc" (include "wattprobe.fullname" .root) (include "wattprobe.namespace" .root)) }}
   ca:
     secret:
-      name: {{ $v.webConfig.scrape.secretName }}
+      name: {{ $secret }}
       key: ca.crt
   cert:
     secret:
-      name: {{ $v.webConfig.scrape.secretName }}
+      name: {{ $secret }}
       key: tls.crt
   keySecret:
-    name: {{ $v.webConfig.scrape.secretName }}
+    name: {{ $secret }}
     key: tls.key
 {{- end }}
 {{- end }}
