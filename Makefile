@@ -48,8 +48,9 @@ docs: ## regenerate docs/metrics.md from the metric catalogue and the attributio
 estimate-data: ## regenerate exporter/sources/power/cpumodel/boavizta.json from the pinned boaviztapi
 	$(PY) -m tests.support.estimatedata
 
-manifests: ## regenerate deploy/base/generated and the Helm chart's files/generated from alerts/, dashboards/ and the edge forwarder
+manifests: ## regenerate deploy/base/generated and the Helm chart's files/generated from alerts/, dashboards/ and the edge forwarder, and the chart README's values table
 	$(PY) deploy/generate.py
+	$(PY) deploy/helm/readme.py
 
 JOB ?= wattprobe
 RUNBOOK_BASE ?= https://github.com/wattprobe/wattprobe/blob/main/docs/runbooks.md

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
 
+from deploy.helm import readme
 from tests.deploy.helmchart import CHART, INSTANCE, NAMESPACE, helm, parse, render
 from tests.deploy.manifests import Obj, of_kind, one
 
@@ -23,18 +25,6 @@ BASE: dict[str, Any] = {
     "edge": {"enabled": True},
     "webConfig": {"enabled": True, "createSecret": True, "files": {"web-config.yml": "{}\n"}},
     "showback": {"configMap": {"enabled": True}},
-}
-# Values whose default is one Kubernetes object: changed as a whole.
-WHOLE = {
-    "affinity",
-    "podSecurityContext",
-    "updateStrategy",
-    "resources",
-    "edge.resources",
-    "edge.forwarder.resources",
-    "edge.forwarder.livenessProbe",
-    "edge.forwarder.readinessProbe",
-    "edge.forwarder.startupProbe",
 }
 PROBE = {"tcpSocket": {"port": "metrics"}, "periodSeconds": 7}
 RELABEL = [{"action": "labeldrop", "regex": "le_.*"}]
@@ -157,7 +147,7 @@ CHANGES: dict[str, Any] = {
 def _paths(values: dict[str, Any], prefix: str = "") -> Iterator[str]:
     for key, value in values.items():
         path = f"{prefix}{key}"
-        if isinstance(value, dict) and value and path not in WHOLE:
+        if isinstance(value, dict) and value and path not in readme.WHOLE:
             yield from _paths(value, f"{path}.")
         else:
             yield path
@@ -420,3 +410,32 @@ def test_objects_with_every_value_changed_validate() -> None:
                 pytest.fail(f"{obj['kind']}/{obj['metadata']['name']}: {exc.path}: {exc}")
             checked += 1
     assert checked >= 6
+
+
+def test_chart_readme_is_generated_from_values() -> None:
+    """README.md's values table is what deploy/helm/readme.py makes of values.yaml (run it
+    after changing a value or its comment)."""
+    current = (CHART / "README.md").read_text(encoding="utf-8")
+    values = (CHART / "values.yaml").read_text(encoding="utf-8")
+    assert readme.readme(current, values) == current, "stale: python deploy/helm/readme.py"
+    assert readme.main(["--check"]) == 0
+
+
+def test_every_value_is_described_in_the_readme() -> None:
+    values_text = (CHART / "values.yaml").read_text(encoding="utf-8")
+    described = readme.comments(values_text)
+    rows = readme.table(values_text)
+    for path in CHANGES:
+        assert readme.describe(described, path), f"{path}: no comment in values.yaml"
+        assert f"| `{path}` |" in rows, path
+
+
+def test_readme_check_reports_drift(tmp_path: Path) -> None:
+    for name in ("README.md", "values.yaml"):
+        (tmp_path / name).write_text((CHART / name).read_text(encoding="utf-8"), encoding="utf-8")
+    assert readme.main(["--check", "--chart", str(tmp_path)]) == 0
+    values = tmp_path / "values.yaml"
+    values.write_text(values.read_text().replace("# How often", "# How rarely"), encoding="utf-8")
+    assert readme.main(["--check", "--chart", str(tmp_path)]) == 1
+    assert readme.main(["--chart", str(tmp_path)]) == 0
+    assert "How rarely" in (tmp_path / "README.md").read_text(encoding="utf-8")
