@@ -17,6 +17,9 @@ test_pkgs=(git gcc libc6-dev prometheus prometheus-alertmanager prometheus-node-
 # qemu-user-static), run with podman and runc (crun refuses hybrid cgroup hosts), pushed by skopeo
 # tests/app/report: the report's HTML page opened and screenshotted in headless Chromium
 test_pkgs+=(chromium)
+# tests/deploy/test_workflows.py: shellcheck over scripts/*.sh and (through actionlint) every
+# workflow's run: steps
+test_pkgs+=(shellcheck)
 test_pkgs+=(mmdebstrap arch-test qemu-user-static binfmt-support podman runc skopeo uidmap)
 
 pkgs=("${runtime_pkgs[@]}")
@@ -47,7 +50,7 @@ stamp="$venv/.installed-$profile"
 if [ ! -e "$stamp" ] || [ "$here/pyproject.toml" -nt "$stamp" ]; then
   "$venv/bin/pip" install -q --upgrade pip
   if [ "$profile" = test ]; then
-    "$venv/bin/pip" install -q -e "$here[test]"
+    "$venv/bin/pip" install -q -e "${here}[test]"
   else
     "$venv/bin/pip" install -q -e "$here"
   fi
