@@ -4,7 +4,9 @@
                                [--version V] [--out build/image] [--cache DIR] [--mirror LINE]...
 
 For each image: build/image/<name>-<version>.oci.tar (an OCI image layout: the multi-platform
-index tagged <version>, each platform tagged <version>-<arch>), next to it one CycloneDX SBOM per
+index tagged <version>, each platform tagged <version>-<arch>), one archive per platform
+(<name>-<version>-<arch>.oci.tar: that image alone, named <repository>:<version>, for
+`podman load -i`), next to them one CycloneDX SBOM per
 platform (<name>-<version>-<arch>.cdx.json) and <name>-<version>.json (the digests and the
 seconds each platform took). Needs root (mmdebstrap), and qemu-user-static with binfmt_misc for
 a foreign architecture. SOURCE_DATE_EPOCH defaults to the last commit's time.
@@ -106,12 +108,23 @@ def build_image(
     index = oci.write_layout(layout, version, manifests, image_labels)
     archive = out / f"{stem}.oci.tar"
     oci.archive(layout, archive, epoch)
+    # one archive per platform, its image named as published (podman load -i names it so)
+    platform_archives: dict[str, dict[str, str]] = {}
+    for arch, manifest in sorted(manifests.items()):
+        single = out / f"{stem}-{arch}"
+        shutil.rmtree(single, ignore_errors=True)
+        oci.platform_layout(layout, single, manifest, f"{spec.name}:{version}")
+        path = out / f"{stem}-{arch}.oci.tar"
+        oci.archive(single, path, epoch)
+        shutil.rmtree(single)
+        platform_archives[arch] = {"archive": path.name, "archive_sha256": file_digest(path)}
     summary = {
         "image": spec.name,
         "version": version,
         "index": index.digest,
         "archive": str(archive.relative_to(out)),
         "archive_sha256": file_digest(archive),
+        "platform_archives": platform_archives,
         "platforms": report,
         "source_date_epoch": epoch,
         "revision": revision,

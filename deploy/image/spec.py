@@ -1,8 +1,8 @@
 """What each image is made of: Debian packages, hooks, Python wheels and the runtime config.
 
 The builder is generic (an ImageSpec in, an OCI image out); the two specs below are the agent
-(deploy/base/agent) and the edge forwarder (deploy/overlays/kubeedge/edge, Prometheus in agent
-mode).
+(deploy/base/agent) and an edge forwarder: Prometheus in agent mode, for
+deploy/overlays/kubeedge-prometheus-agent (deploy/overlays/kubeedge runs upstream's vmagent).
 """
 
 from __future__ import annotations
