@@ -228,6 +228,10 @@ def test_exporter_chart_values_land_where_expected() -> None:
     for ds in of_kind(objs, "DaemonSet"):
         assert ds["spec"]["revisionHistoryLimit"] == 3
         assert ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    # 0 (keep none) is a value, not "unset"
+    kept_none = of_kind(render({"revisionHistoryLimit": 0}), "DaemonSet")
+    assert [ds["spec"]["revisionHistoryLimit"] for ds in kept_none] == [0]
+    assert "revisionHistoryLimit" not in one(render(), "DaemonSet")["spec"]
     for account in of_kind(objs, "ServiceAccount"):
         assert account["metadata"]["annotations"] == CHANGES["serviceAccount.annotations"]
 
