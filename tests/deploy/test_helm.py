@@ -38,7 +38,7 @@ from tests.deploy.manifests import (
     version_tuple,
 )
 
-OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule"}
+OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 KUBE_VERSIONS = [
     v for v in kubernetes_validate.utils.all_versions() if version_tuple(v)[:2] >= (1, 29)
 ]

@@ -15,7 +15,7 @@ import yaml
 
 from deploy.helm import readme
 from tests.deploy.helmchart import CHART, INSTANCE, NAMESPACE, helm, parse, render
-from tests.deploy.manifests import Obj, of_kind, one
+from tests.deploy.manifests import Obj, of_kind, one, operator_validator
 
 # Every value switched on that others depend on, so that each value below can show.
 BASE: dict[str, Any] = {
@@ -396,24 +396,41 @@ def test_schema_refuses_bad_values_by_path(values: dict[str, Any], path: str) ->
 
 
 def test_objects_with_every_value_changed_validate() -> None:
-    """The DaemonSets, Service and ServiceAccounts with the exporter-chart values changed (the
-    CHANGES that leave them rendered) are valid Kubernetes objects (kubernetes-validate
-    --strict, newest version it ships); the monitors are checked in test_helm.py's way for
-    ServiceMonitor, the PodMonitor by test_monitors_and_service_from_values."""
+    """The DaemonSets, Service, ServiceAccounts and bindings with every value changed (but the
+    switches) are valid Kubernetes objects (kubernetes-validate --strict, the newest version it
+    ships), and the ServiceMonitor and PodMonitor valid against the vendored Prometheus
+    Operator schemas (tests/deploy/crds)."""
     values = BASE
     for key, value in CHANGES.items():
         if not key.endswith((".enabled", ".create")) and key != "namespaceOverride":
             values = _with(values, key, value)
     version = kubernetes_validate.utils.latest_version()
-    checked = 0
-    for obj in render(values):
-        if obj["kind"] in ("DaemonSet", "Service", "ServiceAccount", "ClusterRoleBinding"):
+    checked = set()
+    # BASE: the monitors' tlsConfig made from webConfig.scrape, as a PodMonitor's too
+    for obj in [*render(values), *render(BASE)]:
+        name = f"{obj['kind']}/{obj['metadata']['name']}"
+        if obj["kind"] in ("ServiceMonitor", "PodMonitor"):
+            errors = [
+                f"{list(e.absolute_path)}: {e.message}"
+                for e in operator_validator(obj["kind"]).iter_errors(obj)
+            ]
+            assert not errors, f"{name}: {errors}"
+        elif obj["kind"] in ("DaemonSet", "Service", "ServiceAccount", "ClusterRoleBinding"):
             try:
                 kubernetes_validate.validate(obj, version, strict=True)
             except kubernetes_validate.ValidationError as exc:
-                pytest.fail(f"{obj['kind']}/{obj['metadata']['name']}: {exc.path}: {exc}")
-            checked += 1
-    assert checked >= 6
+                pytest.fail(f"{name}: {exc.path}: {exc}")
+        else:
+            continue
+        checked.add(obj["kind"])
+    assert checked == {
+        "DaemonSet",
+        "Service",
+        "ServiceAccount",
+        "ClusterRoleBinding",
+        "ServiceMonitor",
+        "PodMonitor",
+    }
 
 
 def test_chart_readme_is_generated_from_values() -> None:
