@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from deploy.image import spec
 from deploy.image.build import REPO
 
 
@@ -37,9 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     pushed = []
     for path in summaries:
         summary = json.loads(path.read_text())
-        repository = str(summary["image"])
-        if args.registry:
-            repository = f"{args.registry.rstrip('/')}/{repository.rsplit('/', 1)[-1]}"
+        repository = spec.repository(str(summary["image"]), args.registry)
         version = summary["version"]
         source = f"oci-archive:{args.out / summary['archive']}:{version}"
         subprocess.run(

@@ -108,3 +108,11 @@ FORWARDER = ImageSpec(
 )
 
 SPECS = {"agent": AGENT, "forwarder": FORWARDER}
+
+
+def repository(name: str, registry: str = "") -> str:
+    """An image's repository as published: `registry` (e.g. ghcr.io/<owner>, what the release
+    pushes to) replaces the registry/owner part of `name`; empty: `name` itself."""
+    if not registry:
+        return name
+    return f"{registry.rstrip('/')}/{name.rsplit('/', 1)[-1]}"

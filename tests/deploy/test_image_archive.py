@@ -17,11 +17,14 @@ import pytest
 
 from deploy.image import oci
 from deploy.image.blob import gzip_blob
-from deploy.image.spec import AGENT
+from deploy.image.spec import AGENT, repository
 from tests.support.realparts import require_binary, require_root
 
 EPOCH = 1764115200
 ARCHES = ("amd64", "arm64")
+# what release.yml's REGISTRY (ghcr.io/<owner>) makes of the spec's ghcr.io/wattprobe/wattprobe
+REGISTRY = "ghcr.io/some-owner"
+PUBLISHED = "ghcr.io/some-owner/wattprobe"
 
 
 def _layer(tmp_path: Path) -> oci.Layer:
@@ -49,12 +52,14 @@ def _archives(tmp_path: Path, version: str) -> dict[str, Path]:
     out: dict[str, Path] = {}
     for arch, manifest in manifests.items():
         single = tmp_path / f"single-{arch}"
-        oci.platform_layout(layout, single, manifest, f"{AGENT.name}:{version}")
+        oci.platform_layout(
+            layout, single, manifest, f"{repository(AGENT.name, REGISTRY)}:{version}"
+        )
         out[arch] = tmp_path / f"wattprobe-{version}-{arch}.oci.tar"
         oci.archive(single, out[arch], EPOCH)
         index = json.loads((single / "index.json").read_text())
         (entry,) = index["manifests"]
-        assert entry["annotations"] == {oci.REF: f"{AGENT.name}:{version}"}
+        assert entry["annotations"] == {oci.REF: f"{PUBLISHED}:{version}"}
         assert entry["digest"] == manifest.digest and entry["platform"]["architecture"] == arch
     return out
 
@@ -72,7 +77,7 @@ def version() -> str:
 def test_podman_load_names_each_platform_image_as_published(tmp_path: Path, version: str) -> None:
     require_root()
     podman = require_binary("podman")
-    name = f"{AGENT.name}:{version}"
+    name = f"{PUBLISHED}:{version}"
     for arch, archive in _archives(tmp_path, version).items():
         loaded = _run(podman, "load", "-i", str(archive))
         try:
@@ -91,6 +96,14 @@ def test_skopeo_copies_the_archive_without_a_reference(tmp_path: Path, version: 
         target = tmp_path / f"copied-{arch}"
         copied = _run(skopeo, "copy", f"oci-archive:{archive}", f"dir:{target}")
         assert copied.returncode == 0, copied.stderr
-        by_name = _run(skopeo, "inspect", "--raw", f"oci-archive:{archive}:{AGENT.name}:{version}")
+        by_name = _run(skopeo, "inspect", "--raw", f"oci-archive:{archive}:{PUBLISHED}:{version}")
         assert by_name.returncode == 0, by_name.stderr
         assert json.loads(by_name.stdout)["layers"], by_name.stdout
+
+
+def test_repository_under_a_registry() -> None:
+    assert repository(AGENT.name) == "ghcr.io/wattprobe/wattprobe"
+    assert repository(AGENT.name, REGISTRY + "/") == PUBLISHED
+    assert repository("ghcr.io/wattprobe/wattprobe-forwarder", "registry.example.com/a/b") == (
+        "registry.example.com/a/b/wattprobe-forwarder"
+    )

@@ -167,3 +167,18 @@ def test_chart_step_stops_when_helm_push_fails(tmp_path: Path) -> None:
     status, calls = _run_chart_step(tmp_path, "Error: unauthorized\\n", 1)
     assert status != 0
     assert "helm push" in calls and "cosign" not in calls
+
+
+def test_per_platform_archives_are_named_after_the_owner_and_attached() -> None:
+    """REGISTRY (ghcr.io/<owner>) is in the environment before `make image`, whose recipe passes
+    it as --registry, so `podman load -i` of an attached archive gives the pushed name."""
+    steps = _steps()
+    env_step = next(
+        i for i, s in enumerate(steps) if "GITHUB_REPOSITORY_OWNER" in str(s.get("run"))
+    )
+    build = next(i for i, s in enumerate(steps) if "make image VERSION" in str(s.get("run")))
+    assert env_step < build
+    assert 'echo "REGISTRY=ghcr.io/${GITHUB_REPOSITORY_OWNER,,}" >> "$GITHUB_ENV"' in _runs()
+    assert "$(if $(REGISTRY),--registry '$(REGISTRY)')" in (REPO / "Makefile").read_text()
+    release = next(s["run"] for s in steps if "gh release create" in str(s.get("run")))
+    assert "build/image/*-amd64.oci.tar build/image/*-arm64.oci.tar" in release
