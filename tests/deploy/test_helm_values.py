@@ -460,3 +460,16 @@ def test_readme_check_reports_drift(tmp_path: Path) -> None:
     assert readme.main(["--check", "--chart", str(tmp_path)]) == 1
     assert readme.main(["--chart", str(tmp_path)]) == 0
     assert "How rarely" in (tmp_path / "README.md").read_text(encoding="utf-8")
+
+
+def test_chart_lints_clean_with_every_value_changed() -> None:
+    """`helm lint --strict` with every value of CHANGES set at once (the switches aside)."""
+    values = BASE
+    for key, value in CHANGES.items():
+        if not key.endswith((".enabled", ".create")):
+            values = _with(values, key, value)
+    report = helm().lint(
+        str(CHART), values, strict=True, namespace=NAMESPACE, kube_version="v1.29.0"
+    )
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert not report["errors"] and not problems, report
