@@ -21,6 +21,9 @@ test_pkgs+=(chromium)
 # workflow's run: steps
 test_pkgs+=(shellcheck)
 test_pkgs+=(mmdebstrap arch-test qemu-user-static binfmt-support podman runc skopeo uidmap)
+# tests/deploy/test_release_registry.py: release.yml's registry steps (deploy/release.sh) against
+# a loopback OCI registry (Debian's distribution 2.8)
+test_pkgs+=(docker-registry)
 
 pkgs=("${runtime_pkgs[@]}")
 [ "$profile" = test ] && pkgs+=("${test_pkgs[@]}")

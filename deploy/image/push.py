@@ -29,6 +29,12 @@ def main(argv: list[str] | None = None) -> int:
         "--registry", default="", help="replaces the registry/owner part of each image name"
     )
     parser.add_argument("--digests-file", type=Path, default=None)
+    parser.add_argument(
+        "--tls-verify",
+        choices=("true", "false"),
+        default="true",
+        help="false only for a plain-HTTP registry on loopback (the suite's)",
+    )
     args = parser.parse_args(argv)
     summaries = sorted(args.out.glob("*-*.json"))
     summaries = [p for p in summaries if not p.name.endswith(".cdx.json")]
@@ -47,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                 "copy",
                 "--all",
                 "--preserve-digests",
+                f"--dest-tls-verify={args.tls_verify}",
                 source,
                 f"docker://{repository}:{version}",
             ],

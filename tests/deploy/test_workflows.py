@@ -1,6 +1,7 @@
 """Every workflow (.github/workflows) passes actionlint with shellcheck on its run: steps, and
-the shell scripts (.ci/run, scripts/*.sh, deploy/image/*.sh) pass shellcheck; planted faults
-show both checks can fail. ci.yml runs `make test` (.ci/run) on Debian 12 for pull requests."""
+the shell scripts (.ci/run, scripts/*.sh, deploy/*.sh, deploy/image/*.sh) pass shellcheck;
+planted faults show both checks can fail. ci.yml runs `make test` (.ci/run) on Debian 12 for
+pull requests."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ SCRIPTS = [
     REPO / ".ci" / "run",
     *sorted((REPO / "scripts").glob("*.sh")),
     *sorted((REPO / "deploy" / "image").glob("*.sh")),
+    *sorted((REPO / "deploy").glob("*.sh")),
 ]
 
 
