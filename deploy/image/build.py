@@ -84,7 +84,7 @@ def build_image(
         manifests[arch] = oci.write_image(
             blobs, spec, arch=arch, layers=layers, image_labels=image_labels, epoch=epoch
         )
-        debs = list(sbom.installed(base.dpkg_status))
+        debs = list(sbom.installed(base.dpkg_status, base.licenses))
         debs += sbom.unpacked(base.kernel_headers_packages, "/opt/wattprobe/kernel-headers")
         doc = sbom.document(
             spec,

@@ -269,6 +269,12 @@ def test_sbom_is_valid_cyclonedx_and_lists_what_dpkg_and_pip_installed(
         )
         headers = [c for c in sbom["components"] if c["name"].startswith("linux-headers-")]
         assert {c["name"].rsplit("-", 1)[-1] for c in headers} == {"common", arch}
+        # licences from DEP-5 copyright files, dependencies from dpkg's Depends (test_sbom.py)
+        debs = {c["name"]: c for c in sbom["components"] if c["purl"].startswith("pkg:deb/")}
+        licences = {e["license"]["name"] for e in debs["libbpfcc"].get("licenses", [])}
+        assert "Apache-2.0" in licences, debs["libbpfcc"]
+        graph = {d["ref"]: d["dependsOn"] for d in sbom["dependencies"]}
+        assert debs["python3.11"]["bom-ref"] in graph[debs["python3"]["bom-ref"]]
     # ground truth: dpkg inside the amd64 image, and what Python there can import
     listed = _podman(
         *PODMAN_RUN,
