@@ -12,8 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +22,9 @@ from deploy.image import oci
 from deploy.image.spec import AGENT, FORWARDER, ImageSpec
 from tests.deploy.manifests import REPO
 from tests.deploy.test_image_archive import EPOCH, _layer
+from tests.support.ociregistry import Registry, loopback_registry
 from tests.support.realparts import require_binary
-from tests.support.running import free_port, stop_process
-from tests.support.wait import eventually
+from tests.support.running import free_port
 
 SCRIPT = REPO / "deploy" / "release.sh"
 VERSION = "1.2.3"
@@ -70,58 +68,10 @@ else:
 """
 
 
-@dataclass
-class Registry:
-    host: str  # 127.0.0.1:<port>
-
-    def digest(self, repository: str, reference: str, accept: str) -> str | None:
-        """Docker-Content-Digest of HEAD /v2/<repository>/manifests/<reference>, None if 404."""
-        request = urllib.request.Request(
-            f"http://{self.host}/v2/{repository}/manifests/{reference}",
-            method="HEAD",
-            headers={"Accept": accept},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                return str(response.headers["Docker-Content-Digest"])
-        except urllib.error.HTTPError as error:
-            if error.code == 404:
-                return None
-            raise
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
 @pytest.fixture
 def registry(tmp_path: Path) -> Iterator[Registry]:
-    binary = require_binary("docker-registry")  # Debian's, scripts/setup-debian.sh test
-    host = f"127.0.0.1:{free_port()}"
-    config = tmp_path / "registry.yml"
-    config.write_text(
-        "version: 0.1\n"
-        "log:\n  level: error\n"
-        f"storage:\n  filesystem:\n    rootdirectory: {tmp_path / 'registry-data'}\n"
-        f"http:\n  addr: {host}\n"
-    )
-    log = (tmp_path / "registry.log").open("wb")
-    proc = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=log)
-    try:
-        eventually(
-            lambda: proc.poll() is not None or _answers(f"http://{host}/v2/"),
-            "docker-registry to answer /v2/",
-            timeout=30,
-        )
-        assert proc.poll() is None, (tmp_path / "registry.log").read_text()
-        yield Registry(host)
-    finally:
-        stop_process(proc)
-        log.close()
+    with loopback_registry(tmp_path) as running:
+        yield running
 
 
 def _build_image(tmp_path: Path, out: Path, spec: ImageSpec) -> dict[str, object]:
