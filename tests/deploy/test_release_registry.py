@@ -249,6 +249,8 @@ def test_a_failed_chart_push_stops_before_cosign(release: Release) -> None:
     down = f"127.0.0.1:{free_port()}"
     proc = release.run("push-chart", REGISTRY=f"{down}/{OWNER}")
     assert proc.returncode != 0
+    # pipefail: the `helm push | tee` pipeline itself fails, before the digest is even read
+    assert "Error:" in proc.stderr and "no chart digest" not in proc.stderr, proc.stderr
     calls = release.calls()
     assert any(c.startswith("helm push") for c in calls), calls
     assert not [c for c in calls if c.startswith("cosign")]
