@@ -48,8 +48,9 @@ docs: ## regenerate docs/metrics.md from the metric catalogue and the attributio
 estimate-data: ## regenerate exporter/sources/power/cpumodel/boavizta.json from the pinned boaviztapi
 	$(PY) -m tests.support.estimatedata
 
-manifests: ## regenerate deploy/base/generated and the Helm chart's files/generated from alerts/, dashboards/ and the edge forwarder
+manifests: ## regenerate deploy/base/generated and the Helm chart's files/generated from alerts/, dashboards/ and the edge forwarder, and the chart README's values table
 	$(PY) deploy/generate.py
+	$(PY) deploy/helm/readme.py
 
 JOB ?= wattprobe
 RUNBOOK_BASE ?= https://github.com/wattprobe/wattprobe/blob/main/docs/runbooks.md
@@ -71,8 +72,8 @@ IMAGES ?= agent,forwarder
 IMAGE_ARCHES ?= amd64,arm64
 VERSION ?=
 REGISTRY ?=
-image: setup-test ## build the agent and forwarder images for IMAGE_ARCHES into build/image (OCI archives + SBOMs; VERSION=x.y.z checks the tag)
-	$(PY) -m deploy.image.build --images '$(IMAGES)' --arches '$(IMAGE_ARCHES)' $(if $(VERSION),--version '$(VERSION)')
+image: setup-test ## build the agent and forwarder images for IMAGE_ARCHES into build/image (OCI archives + SBOMs; VERSION=x.y.z checks the tag; REGISTRY=ghcr.io/you names the per-platform archives' images)
+	$(PY) -m deploy.image.build --images '$(IMAGES)' --arches '$(IMAGE_ARCHES)' $(if $(VERSION),--version '$(VERSION)') $(if $(REGISTRY),--registry '$(REGISTRY)')
 
 image-push: ## push build/image's multi-arch images with their digests (skopeo; REGISTRY=ghcr.io/you to rename)
 	$(PY) -m deploy.image.push $(if $(REGISTRY),--registry '$(REGISTRY)') --digests-file build/image/pushed.txt

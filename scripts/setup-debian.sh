@@ -17,7 +17,13 @@ test_pkgs=(git gcc libc6-dev prometheus prometheus-alertmanager prometheus-node-
 # qemu-user-static), run with podman and runc (crun refuses hybrid cgroup hosts), pushed by skopeo
 # tests/app/report: the report's HTML page opened and screenshotted in headless Chromium
 test_pkgs+=(chromium)
+# tests/deploy/test_workflows.py: shellcheck over scripts/*.sh and (through actionlint) every
+# workflow's run: steps
+test_pkgs+=(shellcheck)
 test_pkgs+=(mmdebstrap arch-test qemu-user-static binfmt-support podman runc skopeo uidmap)
+# tests/deploy/test_release_registry.py: release.yml's registry steps (deploy/release.sh) against
+# a loopback OCI registry (Debian's distribution 2.8)
+test_pkgs+=(docker-registry)
 
 pkgs=("${runtime_pkgs[@]}")
 [ "$profile" = test ] && pkgs+=("${test_pkgs[@]}")
@@ -47,7 +53,7 @@ stamp="$venv/.installed-$profile"
 if [ ! -e "$stamp" ] || [ "$here/pyproject.toml" -nt "$stamp" ]; then
   "$venv/bin/pip" install -q --upgrade pip
   if [ "$profile" = test ]; then
-    "$venv/bin/pip" install -q -e "$here[test]"
+    "$venv/bin/pip" install -q -e "${here}[test]"
   else
     "$venv/bin/pip" install -q -e "$here"
   fi

@@ -4,7 +4,10 @@
                                [--version V] [--out build/image] [--cache DIR] [--mirror LINE]...
 
 For each image: build/image/<name>-<version>.oci.tar (an OCI image layout: the multi-platform
-index tagged <version>, each platform tagged <version>-<arch>), next to it one CycloneDX SBOM per
+index tagged <version>, each platform tagged <version>-<arch>), one archive per platform
+(<name>-<version>-<arch>.oci.tar: that image alone, named <repository>:<version>, the
+repository under --registry where given, for
+`podman load -i`), next to them one CycloneDX SBOM per
 platform (<name>-<version>-<arch>.cdx.json) and <name>-<version>.json (the digests and the
 seconds each platform took). Needs root (mmdebstrap), and qemu-user-static with binfmt_misc for
 a foreign architecture. SOURCE_DATE_EPOCH defaults to the last commit's time.
@@ -24,7 +27,7 @@ from pathlib import Path
 
 from deploy.image import debian, oci, python, sbom
 from deploy.image.blob import file_digest
-from deploy.image.spec import ARCHES, DEFAULT_MIRRORS, SPECS, SUITE, ImageSpec
+from deploy.image.spec import ARCHES, DEFAULT_MIRRORS, SPECS, SUITE, ImageSpec, repository
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,6 +59,7 @@ def build_image(
     project: Path,
     out: Path,
     cache: Path,
+    registry: str = "",
 ) -> dict[str, object]:
     stem = f"{spec.title}-{version}"
     layout = out / stem
@@ -80,7 +84,7 @@ def build_image(
         manifests[arch] = oci.write_image(
             blobs, spec, arch=arch, layers=layers, image_labels=image_labels, epoch=epoch
         )
-        debs = list(sbom.installed(base.dpkg_status))
+        debs = list(sbom.installed(base.dpkg_status, base.licenses))
         debs += sbom.unpacked(base.kernel_headers_packages, "/opt/wattprobe/kernel-headers")
         doc = sbom.document(
             spec,
@@ -106,12 +110,28 @@ def build_image(
     index = oci.write_layout(layout, version, manifests, image_labels)
     archive = out / f"{stem}.oci.tar"
     oci.archive(layout, archive, epoch)
+    # one archive per platform, its image named as published (podman load -i names it so)
+    published = f"{repository(spec.name, registry)}:{version}"
+    platform_archives: dict[str, dict[str, str]] = {}
+    for arch, manifest in sorted(manifests.items()):
+        single = out / f"{stem}-{arch}"
+        shutil.rmtree(single, ignore_errors=True)
+        oci.platform_layout(layout, single, manifest, published)
+        path = out / f"{stem}-{arch}.oci.tar"
+        oci.archive(single, path, epoch)
+        shutil.rmtree(single)
+        platform_archives[arch] = {
+            "archive": path.name,
+            "archive_sha256": file_digest(path),
+            "name": published,
+        }
     summary = {
         "image": spec.name,
         "version": version,
         "index": index.digest,
         "archive": str(archive.relative_to(out)),
         "archive_sha256": file_digest(archive),
+        "platform_archives": platform_archives,
         "platforms": report,
         "source_date_epoch": epoch,
         "revision": revision,
@@ -142,6 +162,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--mirror", action="append", default=[], help="an apt sources line (repeatable)"
+    )
+    parser.add_argument(
+        "--registry",
+        default="",
+        help="names the per-platform archives' images <registry>/<image>:<version> "
+        "(e.g. ghcr.io/you; default: the spec's ghcr.io/wattprobe)",
     )
     args = parser.parse_args(argv)
     images = [i for i in args.images.split(",") if i]
@@ -174,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                 project=project,
                 out=args.out,
                 cache=args.cache,
+                registry=args.registry,
             )
     return 0
 

@@ -4,11 +4,15 @@ Every document is canonical JSON and every timestamp is SOURCE_DATE_EPOCH, so th
 depend only on the layers and the spec. The layout's index.json names the multi-platform index
 `<version>` and each platform's manifest `<version>-<arch>` (org.opencontainers.image.ref.name),
 so `skopeo copy --all oci-archive:FILE:<version> docker://...` pushes them all and
-`podman run oci-archive:FILE:<version>-amd64` runs one.
+`podman run oci-archive:FILE:<version>-amd64` runs one. Beside it, one archive per platform
+holds that platform's image alone, named `<repository>:<version>` (platform_layout), for
+`podman load -i` and `skopeo copy oci-archive:FILE`.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import tarfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -152,6 +156,29 @@ def write_layout(
     (layout / "index.json").write_bytes(canonical_json(top))
     (layout / "oci-layout").write_bytes(canonical_json({"imageLayoutVersion": "1.0.0"}))
     return multi
+
+
+def platform_layout(layout: Path, target: Path, manifest: Descriptor, name: str) -> None:
+    """One platform's image alone in its own layout, named by its full reference
+    (`ghcr.io/wattprobe/wattprobe:0.1.0`): what `podman load -i` wants (one image per archive)
+    and names it by, and what `skopeo copy oci-archive:FILE ...` copies without a reference.
+    The blobs (manifest, config, layers) are hard links to layout's where possible."""
+    source = layout / "blobs" / "sha256"
+    blobs = target / "blobs" / "sha256"
+    blobs.mkdir(parents=True, exist_ok=True)
+    doc = json.loads((source / manifest.digest.removeprefix("sha256:")).read_bytes())
+    digests = [manifest.digest, doc["config"]["digest"], *(d["digest"] for d in doc["layers"])]
+    for digest in digests:
+        hexd = digest.removeprefix("sha256:")
+        if not (blobs / hexd).exists():
+            try:
+                (blobs / hexd).hardlink_to(source / hexd)
+            except OSError:
+                shutil.copyfile(source / hexd, blobs / hexd)
+    entry = Descriptor(MANIFEST, manifest.digest, manifest.size, manifest.platform, {REF: name})
+    top = {"schemaVersion": 2, "mediaType": INDEX, "manifests": [entry.json()]}
+    (target / "index.json").write_bytes(canonical_json(top))
+    (target / "oci-layout").write_bytes(canonical_json({"imageLayoutVersion": "1.0.0"}))
 
 
 def archive(layout: Path, out: Path, epoch: int) -> None:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from deploy.image import spec
 from deploy.image.build import REPO
 
 
@@ -28,6 +29,12 @@ def main(argv: list[str] | None = None) -> int:
         "--registry", default="", help="replaces the registry/owner part of each image name"
     )
     parser.add_argument("--digests-file", type=Path, default=None)
+    parser.add_argument(
+        "--tls-verify",
+        choices=("true", "false"),
+        default="true",
+        help="false only for a plain-HTTP registry on loopback (the suite's)",
+    )
     args = parser.parse_args(argv)
     summaries = sorted(args.out.glob("*-*.json"))
     summaries = [p for p in summaries if not p.name.endswith(".cdx.json")]
@@ -37,9 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     pushed = []
     for path in summaries:
         summary = json.loads(path.read_text())
-        repository = str(summary["image"])
-        if args.registry:
-            repository = f"{args.registry.rstrip('/')}/{repository.rsplit('/', 1)[-1]}"
+        repository = spec.repository(str(summary["image"]), args.registry)
         version = summary["version"]
         source = f"oci-archive:{args.out / summary['archive']}:{version}"
         subprocess.run(
@@ -48,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                 "copy",
                 "--all",
                 "--preserve-digests",
+                f"--dest-tls-verify={args.tls_verify}",
                 source,
                 f"docker://{repository}:{version}",
             ],

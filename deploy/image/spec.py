@@ -1,8 +1,8 @@
 """What each image is made of: Debian packages, hooks, Python wheels and the runtime config.
 
 The builder is generic (an ImageSpec in, an OCI image out); the two specs below are the agent
-(deploy/base/agent) and the edge forwarder (deploy/overlays/kubeedge/edge, Prometheus in agent
-mode).
+(deploy/base/agent) and an edge forwarder: Prometheus in agent mode, for
+deploy/overlays/kubeedge-prometheus-agent (deploy/overlays/kubeedge runs upstream's vmagent).
 """
 
 from __future__ import annotations
@@ -108,3 +108,11 @@ FORWARDER = ImageSpec(
 )
 
 SPECS = {"agent": AGENT, "forwarder": FORWARDER}
+
+
+def repository(name: str, registry: str = "") -> str:
+    """An image's repository as published: `registry` (e.g. ghcr.io/<owner>, what the release
+    pushes to) replaces the registry/owner part of `name`; empty: `name` itself."""
+    if not registry:
+        return name
+    return f"{registry.rstrip('/')}/{name.rsplit('/', 1)[-1]}"

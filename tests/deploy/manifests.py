@@ -105,7 +105,7 @@ def version_tuple(text: str) -> tuple[int, ...]:
 
 
 def operator_validator(kind: str) -> jsonschema.Draft202012Validator:
-    """The vendored Prometheus Operator schema of ServiceMonitor or PrometheusRule."""
+    """The vendored Prometheus Operator schema of ServiceMonitor, PodMonitor or PrometheusRule."""
     schema: dict[str, Any] = json.loads((CRDS / f"{kind.lower()}.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema)

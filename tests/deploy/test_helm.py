@@ -38,7 +38,7 @@ from tests.deploy.manifests import (
     version_tuple,
 )
 
-OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule"}
+OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 KUBE_VERSIONS = [
     v for v in kubernetes_validate.utils.all_versions() if version_tuple(v)[:2] >= (1, 29)
 ]
@@ -80,7 +80,7 @@ def _diff(expected: Obj, got: Obj) -> str:
 
 
 def _assert_same_objects(kustomized: list[Obj], helmed: list[Obj]) -> None:
-    want, got = keyed(kustomized), keyed(helmed)
+    want, got = keyed(kustomized, helm_rendered=False), keyed(helmed, helm_rendered=True)
     assert sorted(got) == sorted(want), "the chart renders other objects than kustomize"
     for key in sorted(want):
         assert got[key] == want[key], f"{key} differs:\n{_diff(want[key], got[key])}"

@@ -269,6 +269,12 @@ def test_sbom_is_valid_cyclonedx_and_lists_what_dpkg_and_pip_installed(
         )
         headers = [c for c in sbom["components"] if c["name"].startswith("linux-headers-")]
         assert {c["name"].rsplit("-", 1)[-1] for c in headers} == {"common", arch}
+        # licences from DEP-5 copyright files, dependencies from dpkg's Depends (test_sbom.py)
+        debs = {c["name"]: c for c in sbom["components"] if c["purl"].startswith("pkg:deb/")}
+        licences = {e["license"]["name"] for e in debs["libbpfcc"].get("licenses", [])}
+        assert "Apache-2.0" in licences, debs["libbpfcc"]
+        graph = {d["ref"]: d["dependsOn"] for d in sbom["dependencies"]}
+        assert debs["python3.11"]["bom-ref"] in graph[debs["python3"]["bom-ref"]]
     # ground truth: dpkg inside the amd64 image, and what Python there can import
     listed = _podman(
         *PODMAN_RUN,
@@ -314,9 +320,27 @@ def test_rebuild_from_the_same_inputs_gives_the_same_digests(built: Built, tmp_p
     again = _build(tmp_path / "again")
     assert again.summary["index"] == built.summary["index"]
     assert again.summary["archive_sha256"] == built.summary["archive_sha256"]
+    assert again.summary["platform_archives"] == built.summary["platform_archives"]
     for arch in ("amd64", "arm64"):
         assert (
             again.summary["platforms"][arch]["manifest"]
             == built.summary["platforms"][arch]["manifest"]
         )
         assert again.sbom(arch) == built.sbom(arch)
+
+
+def test_platform_archive_loads_under_the_published_name(built: Built) -> None:
+    """`podman load -i wattprobe-<version>-amd64.oci.tar` (the multi-platform archive holds two
+    images, which podman load refuses) gives ghcr.io/wattprobe/wattprobe:<version>, the
+    manifest the multi-platform index lists for amd64."""
+    entry = built.summary["platform_archives"]["amd64"]
+    archive = built.out / entry["archive"]
+    assert entry["archive"] == f"wattprobe-{built.version}-amd64.oci.tar"
+    name = f"ghcr.io/wattprobe/wattprobe:{built.version}"
+    loaded = _podman("load", "-i", str(archive), timeout=300)
+    try:
+        assert f"Loaded image: {name}" in loaded.stdout, loaded.stdout
+        digest = _podman("image", "inspect", "--format", "{{.Digest}}", name).stdout.strip()
+        assert digest == built.summary["platforms"]["amd64"]["manifest"]
+    finally:
+        _podman("rmi", "-f", name, check=False)

@@ -26,7 +26,7 @@ from typing import Any
 PACKAGE = "cloudcoil-models-prometheus-operator"
 PINNED = f"{PACKAGE}==0.80.1.0"
 OUT = Path(__file__).parent
-KINDS = ("ServiceMonitor", "PrometheusRule")
+KINDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule")
 
 
 def adapted(schema: Any) -> Any:
