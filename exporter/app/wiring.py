@@ -62,6 +62,7 @@ class KernelTotals:
 
     def close(self) -> None:
         self.probes.close()
+        self._cpu.close()
 
 
 def activity_source(

@@ -152,6 +152,10 @@ class Hierarchy:
         data = self._files.read(f"{self.root}{path}/{self._file}", MAX_CPU_FILE_BYTES)
         return self._parse(data.decode("ascii", "replace"))
 
+    def close(self) -> None:
+        """Close the kept files (the source is done)."""
+        self._files.close()
+
     def keep_only(self, paths: list[str]) -> None:
         """Close the kept files of cgroups this walk no longer reads."""
         self._files.keep_only({f"{self.root}{p}/{self._file}" for p in paths})
@@ -239,6 +243,12 @@ class CgroupTree:
         if primary is None:
             return None
         return cls(primary, secondary, busy_ns, kernel_ns=kernel_ns)
+
+    def close(self) -> None:
+        """Close the cgroup files kept open between reads."""
+        self._primary.close()
+        if self._secondary is not None:
+            self._secondary.close()
 
     def update(self, *, walk: bool = True) -> list[TaskSample]:
         """Raises OSError or ValueError when /proc/stat or the cgroup root cannot be read

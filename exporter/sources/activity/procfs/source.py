@@ -91,6 +91,11 @@ class ProcfsSource:
                     cgroupfs,
                 )
 
+    def close(self) -> None:
+        """Close the cgroup files the tree keeps open between reads (per cgroup)."""
+        if self._tree is not None:
+            self._tree.close()
+
     def cpu_times(self) -> CpuTimes:
         return read_cpu_times(self._root)
 
