@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from exporter.accounting.attribution import (
     UNATTRIBUTED_TASK,
+    IntervalAttribution,
     ZoneEnergy,
     attribute,
     shares,
@@ -101,3 +102,84 @@ def test_each_container_gets_energy_in_proportion_to_its_activity(
     for task, w in weights.items():
         got = result.tasks[task][key]
         assert math.isclose(got, active * w / total_weight, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def _zone_sum(result: IntervalAttribution, mode: str) -> float:
+    return math.fsum(c.get(("package", "", mode), 0.0) for c in result.containers.values())
+
+
+def test_a_zone_whose_weights_are_all_zero_keeps_its_energy() -> None:
+    """Tasks that ran but did no measurable work: the zone's energy is not lost, it goes to
+    system_processes through the unattributed task (visible, and the sums still balance)."""
+    owner = {(1, 0): CONTAINERS[1], (2, 0): CONTAINERS[3]}
+    weights = {(1, 0): 0.0, (2, 0): 0.0}
+    zone = ZoneEnergy("package", "", 10.0, 4.0, weights, weights)
+    result = attribute([zone], owner, with_tasks=True)
+    assert result.containers == {
+        SYSTEM: {("package", "", "active"): 10.0, ("package", "", "idle"): 4.0}
+    }
+    assert result.tasks == {
+        UNATTRIBUTED_TASK: {("package", "", "active"): 10.0, ("package", "", "idle"): 4.0}
+    }
+
+
+def test_holders_whose_weights_are_all_zero_split_the_idle_evenly() -> None:
+    held = {CONTAINERS[1]: 0.0, CONTAINERS[3]: 0.0}
+    zone = ZoneEnergy("package", "", 0.0, 6.0, {}, idle_containers=held)
+    result = attribute([zone], {}, with_tasks=False)
+    assert result.containers == {ref: {("package", "", "idle"): 3.0} for ref in held}
+
+
+# weights that are often exactly 0, so that zones with every weight 0 are common
+_weight = st.one_of(st.just(0.0), st.floats(0, 100))
+
+
+@given(
+    active=st.floats(0, 1e5),
+    idle=st.floats(0, 1e5),
+    tasks=st.dictionaries(
+        st.tuples(st.integers(1, 100), st.integers(0, 3)),
+        st.tuples(st.integers(0, len(CONTAINERS) - 1), _weight),
+        max_size=12,
+    ),
+    held=st.dictionaries(st.integers(0, len(CONTAINERS) - 1), _weight, min_size=1, max_size=4),
+    idle_split=st.sampled_from(("none", "weights", "containers")),
+)
+@example(
+    active=10.0,
+    idle=4.0,
+    tasks={(1, 0): (1, 0.0), (2, 0): (3, 0.0)},
+    held={1: 0.0, 3: 0.0},
+    idle_split="weights",
+)
+@example(
+    active=10.0,
+    idle=4.0,
+    tasks={(1, 0): (1, 0.0)},
+    held={1: 0.0, 3: 0.0},
+    idle_split="containers",
+)
+def test_what_attribute_returns_sums_to_its_input_for_any_weights(
+    active: float,
+    idle: float,
+    tasks: dict[tuple[int, int], tuple[int, float]],
+    held: dict[int, float],
+    idle_split: str,
+) -> None:
+    """Whatever the weights, all 0 included: the containers' active energy is the zone's active
+    energy, and so is their idle energy where a policy splits idle (by task weights, or among
+    the containers holding the device)."""
+    weights = {k: w for k, (_, w) in tasks.items()}
+    owner = {k: CONTAINERS[c] for k, (c, _) in tasks.items()}
+    zone = ZoneEnergy(
+        "package",
+        "",
+        active,
+        idle,
+        weights,
+        weights if idle_split == "weights" else None,
+        {CONTAINERS[c]: w for c, w in held.items()} if idle_split == "containers" else None,
+    )
+    result = attribute([zone], owner, with_tasks=True)
+    assert _zone_sum(result, "active") == active
+    assert _zone_sum(result, "idle") == (0.0 if idle_split == "none" else idle)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from exporter.accounting.idle import (
@@ -108,3 +108,27 @@ def test_baseline_is_never_negative_nor_above_what_evidence_allows(
         # learned: from idle intervals' power, or an intercept below every power seen
         idle_powers = [p for u, p in samples if u is not None and u <= 0.05]
         assert watts <= max(idle_powers or [p for _, p in samples])
+
+
+# A line with a real spread and one low outlier at mid utilization: slope and intercept are both
+# positive, and the intercept (about 100 W) is above the outlier's 10 W. Dropping the bound
+# `intercept <= min(powers)` would bill 100 W of every interval as idle on a device seen at 10 W.
+_LOW_OUTLIER = [(i / 39, 100.0 + 50.0 * i / 39) for i in range(40)] + [(0.5, 10.0)]
+
+
+def test_an_intercept_above_the_lowest_power_seen_is_refused() -> None:
+    assert fitted_intercept(_LOW_OUTLIER) is None
+
+
+@given(
+    st.lists(st.tuples(st.floats(0, 1), st.floats(0, 2000)), min_size=30, max_size=120),
+)
+@example(_LOW_OUTLIER)
+def test_a_fitted_intercept_never_exceeds_the_lowest_power_seen(
+    samples: list[tuple[float, float]],
+) -> None:
+    """Any fit, whatever its spread: the idle power it learns is positive and at most the lowest
+    power the device was seen drawing (a device never draws less than its idle)."""
+    intercept = fitted_intercept(samples)
+    if intercept is not None:
+        assert 0 < intercept <= min(p for _, p in samples)
