@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import dataclasses
 import math
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -183,3 +185,39 @@ def test_what_attribute_returns_sums_to_its_input_for_any_weights(
     result = attribute([zone], owner, with_tasks=True)
     assert _zone_sum(result, "active") == active
     assert _zone_sum(result, "idle") == (0.0 if idle_split == "none" else idle)
+
+
+@pytest.mark.parametrize(
+    ("total", "weights"),
+    [
+        (6049884.379992821, {0: 3.0, 1: 872767.0246282014}),
+        (2993821.114208344, {0: 841535.5745874388, 1: 25467.44677382151, 2: 1e-300}),
+    ],
+)
+def test_the_rounding_residue_goes_to_the_largest_part(
+    total: float, weights: dict[int, float]
+) -> None:
+    """Where it can, only the largest part absorbs the residue: every other part is its share
+    rounded once, so a small consumer's bill never carries the error of a large one's. (In a
+    tie the next largest takes it: test_shares_hand_out_exactly_the_total's first example.)"""
+    parts = shares(total, weights)
+    assert math.fsum(parts.values()) == total
+    largest = max(weights, key=weights.__getitem__)
+    weight_sum = math.fsum(weights.values())
+    for k, w in weights.items():
+        if k != largest:
+            assert parts[k] == total * w / weight_sum
+
+
+def test_the_unattributed_task_is_no_process() -> None:
+    """PID 0 is the idle task, never a process of /proc or eBPF: the pseudo task cannot take a
+    real process's key (and its energy)."""
+    assert isinstance(UNATTRIBUTED_TASK, tuple)
+    assert UNATTRIBUTED_TASK[0] == 0
+
+
+def test_a_zones_energy_cannot_change_once_built() -> None:
+    """Zones are handed between stages and held for late activity (accounting/pending.py)."""
+    zone = ZoneEnergy("package", "", 1.0, 0.0, {})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        zone.active_j = 2.0  # type: ignore[misc]

@@ -138,7 +138,7 @@ def test_same_node_name_in_two_clusters_keeps_its_own_factors() -> None:
 _ROW_HINTS = {
     f.name: get_type_hints(Row)[f.name] for f in dataclasses.fields(Row) if f.name != "namespace"
 }
-_amounts = st.fractions(min_value=0, max_value=10**9, max_denominator=10**6)
+_amounts = st.builds(Fraction, st.integers(0, 10**15), st.integers(1, 10**6))
 _STRATEGIES: dict[object, st.SearchStrategy[object]] = {
     Fraction: _amounts,
     dict[str, Fraction]: st.dictionaries(st.sampled_from(("EUR", "USD", "JPY")), _amounts),
