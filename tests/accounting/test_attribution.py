@@ -25,6 +25,8 @@ from exporter.model.identity import SYSTEM, ContainerRef
 @example(total=192.83570080425912, weights={0: 2.0, 1: 1.0})
 @example(total=5e-324, weights={0: 1.0, 1: 1e-300, 2: 3.0})
 @example(total=1e7, weights={0: 1e6, 1: 5e-324})
+# subnormal: the other parts sum to the total exactly, so the largest part's remainder is 0
+@example(total=1e-323, weights={0: 1.0, 1: 1.0, 2: 1.0})
 def test_shares_hand_out_exactly_the_total(total: float, weights: dict[int, float]) -> None:
     """Exactly: math.fsum of the parts is total, to the last bit."""
     parts = shares(total, weights)
@@ -144,7 +146,8 @@ _weight = st.one_of(st.just(0.0), st.floats(0, 100))
         st.tuples(st.integers(0, len(CONTAINERS) - 1), _weight),
         max_size=12,
     ),
-    held=st.dictionaries(st.integers(0, len(CONTAINERS) - 1), _weight, min_size=1, max_size=4),
+    # the holders of a device are pods' containers
+    held=st.dictionaries(st.integers(1, len(CONTAINERS) - 1), _weight, min_size=1, max_size=3),
     idle_split=st.sampled_from(("none", "weights", "containers")),
 )
 @example(
@@ -161,6 +164,10 @@ _weight = st.one_of(st.just(0.0), st.floats(0, 100))
     held={1: 0.0, 3: 0.0},
     idle_split="containers",
 )
+# nothing active, idle split by activity: the idle must still be handed out
+@example(active=0.0, idle=4.0, tasks={(1, 0): (1, 2.0)}, held={1: 1.0}, idle_split="weights")
+# less than a joule of idle among holders is handed out too
+@example(active=0.0, idle=0.5, tasks={(1, 0): (1, 2.0)}, held={1: 1.0}, idle_split="containers")
 def test_what_attribute_returns_sums_to_its_input_for_any_weights(
     active: float,
     idle: float,
@@ -185,6 +192,13 @@ def test_what_attribute_returns_sums_to_its_input_for_any_weights(
     result = attribute([zone], owner, with_tasks=True)
     assert _zone_sum(result, "active") == active
     assert _zone_sum(result, "idle") == (0.0 if idle_split == "none" else idle)
+    # and a container that has tasks is the sum of its tasks, in each mode (a holder without a
+    # task on the node has no process series to add up)
+    for ref, amounts in result.containers.items():
+        mine = [t for t in result.tasks if owner.get(t, SYSTEM) == ref]
+        if mine:
+            for key, joules in amounts.items():
+                assert math.fsum(result.tasks[t].get(key, 0.0) for t in mine) == joules
 
 
 @pytest.mark.parametrize(
@@ -216,8 +230,21 @@ def test_the_unattributed_task_is_no_process() -> None:
     assert UNATTRIBUTED_TASK[0] == 0
 
 
-def test_a_zones_energy_cannot_change_once_built() -> None:
-    """Zones are handed between stages and held for late activity (accounting/pending.py)."""
+def test_a_zones_energy_and_its_split_cannot_change_once_built() -> None:
+    """Zones are handed between stages and held for late activity (accounting/pending.py); an
+    attribution goes to the ledger as it was computed."""
     zone = ZoneEnergy("package", "", 1.0, 0.0, {})
     with pytest.raises(dataclasses.FrozenInstanceError):
         zone.active_j = 2.0  # type: ignore[misc]
+    split = attribute([zone], {})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        split.containers = {}  # type: ignore[misc]
+
+
+def test_by_default_idle_stays_on_the_node_and_no_task_is_split() -> None:
+    """--attribution.idle none is the default: a zone without idle weights hands out only its
+    active energy; per-task energy (--collector.process, opt-in) is split only when asked."""
+    owner = {(1, 0): CONTAINERS[1]}
+    result = attribute([ZoneEnergy("package", "", 10.0, 4.0, {(1, 0): 1.0})], owner)
+    assert result.containers == {CONTAINERS[1]: {("package", "", "active"): 10.0}}
+    assert result.tasks == {}
