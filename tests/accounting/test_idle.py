@@ -132,3 +132,55 @@ def test_a_fitted_intercept_never_exceeds_the_lowest_power_seen(
     intercept = fitted_intercept(samples)
     if intercept is not None:
         assert 0 < intercept <= min(p for _, p in samples)
+
+
+def _line(intercept: float, slope: float, n: int = 40) -> list[tuple[float, float]]:
+    """n samples on P = intercept + slope * u, u in exact quarters 0..1 (exact arithmetic)."""
+    us = [0.0, 0.25, 0.5, 0.75, 1.0]
+    return [(us[i % 5], intercept + slope * us[i % 5]) for i in range(n)]
+
+
+def test_the_fit_takes_its_bounds_inclusively() -> None:
+    """An intercept equal to the lowest power seen is physical (the device was seen idle);
+    thirty samples and a spread of exactly MIN_FIT_SPREAD are enough."""
+    assert fitted_intercept(_line(10.0, 8.0)) == 10.0
+    assert fitted_intercept(_line(10.0, 8.0, n=30)) == 10.0
+    assert fitted_intercept(_line(10.0, 8.0, n=29)) is None
+    spread = [(0.0 if i % 2 else 0.3, 10.0 + (0.0 if i % 2 else 3.0)) for i in range(30)]
+    assert fitted_intercept(spread) == pytest.approx(10.0)
+
+
+def test_a_fit_refuses_a_flat_or_falling_line_and_a_zero_intercept() -> None:
+    """A power that does not rise with utilization says nothing about idle: a flat line's
+    intercept is its constant power, which would bill all of it as idle."""
+    assert fitted_intercept(_line(100.0, 0.0)) is None
+    assert fitted_intercept(_line(100.0, -5.0)) is None
+    assert fitted_intercept(_line(0.0, 8.0)) is None  # no device idles at 0 W
+
+
+def test_small_slopes_and_small_intercepts_are_still_learned() -> None:
+    """A nearly flat device (0.5 W across its range) and one idling under a watt."""
+    assert fitted_intercept(_line(10.0, 0.5)) == pytest.approx(10.0)
+    assert fitted_intercept(_line(0.5, 10.0)) == pytest.approx(0.5)
+
+
+def test_three_idle_intervals_are_evidence_two_are_not() -> None:
+    baseline = IdleBaseline()
+    for watts in (60.0, 62.0):
+        baseline.observe(0.0, watts, rated_w=700.0)
+    assert baseline.origin is IdleOrigin.PRIOR
+    baseline.observe(0.01, 64.0, rated_w=700.0)
+    assert (baseline.watts, baseline.origin) == (62.0, IdleOrigin.LEARNED)
+
+
+def test_the_fit_forgets_what_is_older_than_the_window() -> None:
+    """The window is an hour of 5 s intervals: the one sample that gave the fit its spread
+    counts for DEFAULT_WINDOW intervals, and not one more."""
+    assert DEFAULT_WINDOW * 5 == 3600
+    baseline = IdleBaseline()
+    baseline.observe(0.2, 50.0, rated_w=None)
+    for _ in range(DEFAULT_WINDOW - 1):
+        baseline.observe(0.9, 140.0, rated_w=None)
+    assert baseline.origin is IdleOrigin.LEARNED
+    baseline.observe(0.9, 140.0, rated_w=None)
+    assert (baseline.watts, baseline.origin) == (PRIOR_SHARE * 140.0, IdleOrigin.PRIOR)
