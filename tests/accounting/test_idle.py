@@ -184,3 +184,33 @@ def test_the_fit_forgets_what_is_older_than_the_window() -> None:
     assert baseline.origin is IdleOrigin.LEARNED
     baseline.observe(0.9, 140.0, rated_w=None)
     assert (baseline.watts, baseline.origin) == (PRIOR_SHARE * 140.0, IdleOrigin.PRIOR)
+
+
+def test_idle_evidence_at_its_bounds() -> None:
+    """At most IDLE_UTILIZATION busy is idle, 0 W is a power; a NaN or negative power is no
+    evidence at all."""
+    at_bound = IdleBaseline()
+    for _ in range(3):
+        at_bound.observe(0.05, 40.0, rated_w=None)
+    assert (at_bound.watts, at_bound.origin) == (40.0, IdleOrigin.LEARNED)
+    off = IdleBaseline()
+    for _ in range(3):
+        off.observe(0.0, 0.0, rated_w=100.0)
+    assert (off.watts, off.origin) == (0.0, IdleOrigin.LEARNED)
+    broken = IdleBaseline()
+    for watts in (float("nan"), -5.0, float("nan")):
+        broken.observe(0.0, watts, rated_w=100.0)
+    # nothing learned from them, not even the rating that came with them
+    assert (broken.watts, broken.origin) == (0.0, IdleOrigin.PRIOR)
+
+
+def test_a_rating_is_kept_until_a_positive_one_replaces_it() -> None:
+    """NVML answers 0 for a power limit it does not know: that must not drop the rating the
+    prior is a share of (the prior would fall to a share of the peak seen)."""
+    baseline = IdleBaseline()
+    baseline.observe(0.9, 300.0, rated_w=700.0)
+    baseline.observe(0.9, 300.0, rated_w=0.0)
+    assert baseline.watts == PRIOR_SHARE * 700.0
+    small = IdleBaseline()
+    small.observe(0.9, 0.8, rated_w=1.0)  # a one-watt rail
+    assert small.watts == PRIOR_SHARE * 1.0
