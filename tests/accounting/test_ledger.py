@@ -5,9 +5,12 @@ one that stops is dropped only after the retention window, with its final totals
 from __future__ import annotations
 
 import math
+import re
+
+import pytest
 
 from exporter.accounting.attribution import IntervalAttribution
-from exporter.accounting.ledger import CounterTable
+from exporter.accounting.ledger import CounterTable, add_into
 from exporter.accounting.workloads import WorkloadLedger
 from exporter.model.identity import ContainerRef
 
@@ -57,3 +60,25 @@ def test_a_container_fed_only_by_attribution_keeps_its_series() -> None:
     (pod,) = ledger.pods(lambda uid: ("ns", "pod"))
     assert math.fsum(e.joules for e in pod.energy) == 2.0 * steps
     assert ledger.retired_containers == {}
+
+
+def test_a_counter_only_grows_and_a_touched_key_lives_with_nothing_added() -> None:
+    table = CounterTable[str, str]()
+    with pytest.raises(ValueError, match=re.escape("negative increment -1.0 for 'k'")):
+        table.add("k", "j", -1.0, 0.0)
+    table.add("k", "j", 0.0, 0.0)  # zero is an amount
+    table.touch("idle-container", 0.0)
+    assert len(table) == 2 and "idle-container" in table and "other" not in table
+    assert table.totals("idle-container") == {} and table.totals("other") == {}
+    table.add_all("k", {"j": 1.0, "i": 2.0}, 5.0)
+    assert dict(table.items()) == {"k": {"j": 1.0, "i": 2.0}, "idle-container": {}}
+    assert table.expire(RETENTION_S + 1.0, RETENTION_S) == [("idle-container", {})]
+    assert table.drop("k") == {"j": 1.0, "i": 2.0} and len(table) == 0
+    assert table.drop("k") == {}  # dropping twice is harmless
+    assert table.expire(10 * RETENTION_S, RETENTION_S) == []  # a dropped key is not seen
+
+
+def test_add_into_sums_per_series() -> None:
+    target = {"a": 1.0}
+    add_into(target, {"a": 2.0, "b": 3.0})
+    assert target == {"a": 3.0, "b": 3.0}
