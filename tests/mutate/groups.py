@@ -36,7 +36,7 @@ GROUPS: tuple[Group, ...] = (
     Group(
         "report-compute",
         ("exporter/app/report/compute.py",),
-        (R + "test_compute_props.py", R + "test_mig_price.py"),
+        (R + "test_compute_props.py", R + "test_mig_price.py", R + "test_compute_gpu.py"),
     ),
     Group(
         "workloads",
