@@ -376,3 +376,16 @@ def test_a_fault_episode_is_logged_once_with_its_reason_and_its_end(
         "device: implausible reading; the last good reading stays the baseline",
         "device: counter reset; the last good reading stays the baseline",
     ]
+
+
+def test_a_devices_own_power_bound_is_used_only_when_it_means_something() -> None:
+    """0 W and any power up to the bound are plausible; a bound that is 0 or infinite is no
+    bound (the generic 5 kW applies), a small real one (a 0.5 W sensor rail) is one."""
+    for watts in (0.0, 0.5):
+        assert _invalid(DeviceSample(0.0, power_w=watts)) == ""
+    assert _invalid(DeviceSample(0.0, power_w=0.6, max_power_w=0.5)) == IMPLAUSIBLE
+    assert _invalid(DeviceSample(0.0, power_w=0.5, max_power_w=0.5)) == ""
+    assert _invalid(DeviceSample(0.0, power_w=100.0, max_power_w=0.0)) == ""
+    assert _invalid(DeviceSample(0.0, power_w=6_000.0, max_power_w=math.inf)) == IMPLAUSIBLE
+    assert _invalid(DeviceSample(0.0, energy_uj=RANGE, max_energy_uj=RANGE)) == ""
+    assert _invalid(DeviceSample(0.0, energy_uj=RANGE + 1, max_energy_uj=RANGE)) == IMPLAUSIBLE
