@@ -389,3 +389,16 @@ def test_a_devices_own_power_bound_is_used_only_when_it_means_something() -> Non
     assert _invalid(DeviceSample(0.0, power_w=6_000.0, max_power_w=math.inf)) == IMPLAUSIBLE
     assert _invalid(DeviceSample(0.0, energy_uj=RANGE, max_energy_uj=RANGE)) == ""
     assert _invalid(DeviceSample(0.0, energy_uj=RANGE + 1, max_energy_uj=RANGE)) == IMPLAUSIBLE
+
+
+def test_a_short_interval_bounds_its_energy_by_its_own_length() -> None:
+    """0.5 s at a 1 kW bound is at most 500 J: 600 J is implausible, not one second's worth."""
+    meter = ZoneMeter(IdleBaseline(0.0))
+    meter.measure(counter(0.0, 0), interval=0, utilization=None)
+    assert meter.measure(counter(0.5, 600_000_000), interval=1, utilization=None) is None
+    assert meter.health().rejected == ((IMPLAUSIBLE, 1),)
+    fresh = ZoneMeter(IdleBaseline(0.0))
+    fresh.measure(counter(0.0, 0), interval=0, utilization=None)
+    assert fresh.measure(counter(0.5, 500_000_000), interval=1, utilization=None) == Measured(
+        500.0, 0.0, 0.5, "counter"
+    )
