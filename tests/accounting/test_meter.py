@@ -402,3 +402,15 @@ def test_a_short_interval_bounds_its_energy_by_its_own_length() -> None:
     assert fresh.measure(counter(0.5, 500_000_000), interval=1, utilization=None) == Measured(
         500.0, 0.0, 0.5, "counter"
     )
+
+
+def test_a_counter_then_power_only_readings_restart_from_the_power_reading() -> None:
+    """A GPU whose energy counter stops answering: the next power reading is a new start (no
+    span counted twice, nothing invented), the one after it counts."""
+    meter = ZoneMeter(IdleBaseline(0.0))
+    meter.measure(counter(0, 1_000), interval=0, utilization=None)
+    assert meter.measure(DeviceSample(5.0, power_w=10.0), interval=1, utilization=None) is None
+    got = meter.measure(DeviceSample(10.0, power_w=30.0), interval=2, utilization=None)
+    assert got == Measured(100.0, 0.0, 5.0, "power")
+    back = meter.measure(counter(15, 5_000), interval=3, utilization=None)
+    assert back is None  # no shared quantity with the power reading: a new start again
