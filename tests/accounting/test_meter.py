@@ -414,3 +414,11 @@ def test_a_counter_then_power_only_readings_restart_from_the_power_reading() -> 
     assert got == Measured(100.0, 0.0, 5.0, "power")
     back = meter.measure(counter(15, 5_000), interval=3, utilization=None)
     assert back is None  # no shared quantity with the power reading: a new start again
+
+
+def test_sub_second_intervals_integrate_and_split_by_their_own_length() -> None:
+    assert split_active_idle(100.0, 10.0, 0.5) == (95.0, 5.0)
+    meter = ZoneMeter(IdleBaseline(0.0))
+    meter.measure(DeviceSample(0.0, power_w=100.0), interval=0, utilization=None)
+    got = meter.measure(DeviceSample(0.5, power_w=100.0), interval=1, utilization=None)
+    assert got == Measured(50.0, 0.0, 0.5, "power")
