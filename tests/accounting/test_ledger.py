@@ -64,7 +64,7 @@ def test_a_container_fed_only_by_attribution_keeps_its_series() -> None:
 
 def test_a_counter_only_grows_and_a_touched_key_lives_with_nothing_added() -> None:
     table = CounterTable[str, str]()
-    with pytest.raises(ValueError, match=re.escape("negative increment -1.0 for 'k'")):
+    with pytest.raises(ValueError, match="^" + re.escape("negative increment -1.0 for 'k'") + "$"):
         table.add("k", "j", -1.0, 0.0)
     table.add("k", "j", 0.0, 0.0)  # zero is an amount
     table.touch("idle-container", 0.0)
