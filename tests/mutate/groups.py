@@ -36,7 +36,8 @@ GROUPS: tuple[Group, ...] = (
     Group(
         "report-compute",
         ("exporter/app/report/compute.py",),
-        (R + "test_compute_props.py", R + "test_mig_price.py", R + "test_compute_gpu.py"),
+        # the quick hand-computed tests first: with -x most mutants die in them
+        (R + "test_compute_gpu.py", R + "test_mig_price.py", R + "test_compute_props.py"),
     ),
     Group(
         "workloads",
