@@ -82,3 +82,15 @@ def test_whole_gpus_idle_minutes_notes_and_days() -> None:
         "no node energy for n4 on some days, only pods' energy: their pods' energy is taken as"
         " theirs",
     ]
+
+
+def test_two_days_add_up_in_every_column() -> None:
+    """Each day's unpriced energy, idle and unpriced GPU hours add to the row's, not replace it."""
+    days = [date(2025, 3, 1), date(2025, 3, 2)]
+    report = compute([parse_chunk(day, answers()) for day in days])
+    rows = {r.namespace: r for r in report.rows}
+    assert rows["ml"].unpriced_j == 2 * 1_800_000
+    assert rows["ml"].idle_gpu_hours == 1
+    assert rows["batch"].unpriced_gpu_hours == 2
+    assert rows["ml"].gpu_cost == {"EUR": Fraction(10)}
+    assert list(report.daily) == days
