@@ -16,6 +16,7 @@ changed, and survivors again when a test changed. Summary: build/mutate/summary.
 from __future__ import annotations
 
 import argparse
+import difflib
 import filecmp
 import os
 import shlex
@@ -143,21 +144,36 @@ def counts(cache: Path) -> dict[str, dict[str, int]]:
     return out
 
 
-def survivors(cache: Path) -> list[tuple[int, str, int, str]]:
-    """(mutant id, file, line number, status) of every mutant not killed and tested."""
+def survivors(cache: Path) -> list[tuple[str, int, str, str, int]]:
+    """(file, line number, status, line, index) of every mutant tested and not killed."""
     if not cache.exists():
         return []
     with sqlite3.connect(cache) as db:
         rows = db.execute(
-            "SELECT m.id, s.filename, l.line_number, m.status FROM Mutant m "
+            'SELECT s.filename, l.line_number, m.status, l.line, m."index" FROM Mutant m '
             "JOIN Line l ON m.line = l.id JOIN SourceFile s ON l.sourcefile = s.id "
             "WHERE m.status IN (?, ?, ?) ORDER BY s.filename, l.line_number, m.id",
             (SURVIVED, TIMEOUT, SUSPICIOUS),
         ).fetchall()
-    return [(int(i), str(f), int(n) + 1, str(s)) for i, f, n, s in rows]
+    return [(str(f), int(n), str(st), str(line), int(i)) for f, n, st, line, i in rows]
 
 
-def summary(tree: Path, python: str) -> str:
+def mutant_diff(root: Path, filename: str, line_number: int, line: str, index: int) -> list[str]:
+    """The mutant's changed lines, made by mutmut from the checkout's (unmutated) source: one
+    process for all survivors, where `mutmut show` is one process each."""
+    from mutmut import Context, RelativeMutationID, mutate  # noqa: PLC0415 (test tool only)
+
+    source = (root / filename).read_text()
+    mutation = RelativeMutationID(line, index, line_number, filename)
+    mutated, _ = mutate(Context(source=source, mutation_id=mutation, filename=filename))
+    return [
+        d
+        for d in difflib.unified_diff(source.splitlines(), mutated.splitlines(), lineterm="", n=0)
+        if d[:1] in "+-" and d[:3] not in ("---", "+++")
+    ]
+
+
+def summary(tree: Path) -> str:
     cache = tree / ".mutmut-cache"
     lines = [
         f"{'file':<46} {'mutants':>7} {'killed':>6} {'survived':>8} {'timeout':>7} "
@@ -171,16 +187,9 @@ def summary(tree: Path, python: str) -> str:
             f"{by_status.get(SUSPICIOUS, 0):>10} "
             f"{by_status.get(UNTESTED, 0) + by_status.get(SKIPPED, 0):>8}"
         )
-    for mutant, filename, line, status in survivors(cache):
-        shown = subprocess.run(
-            [python, "-m", "mutmut", "show", str(mutant)],
-            cwd=tree,
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout
-        diff = [d for d in shown.splitlines() if d[:1] in "+-" and d[:3] not in ("---", "+++")]
-        lines.append(f"\n{status} #{mutant} {filename}:{line}")
+    for filename, line_number, status, line, index in survivors(cache):
+        lines.append(f"\n{status} {filename}:{line_number + 1}")
+        diff = mutant_diff(REPO, filename, line_number, line, index)
         lines.extend(f"    {d}" for d in diff)
     return "\n".join(lines) + "\n"
 
@@ -217,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             rc, took = run_group(tree, group, python)
             print(f"== {group.name}: mutmut exit {rc} in {took:.0f} s", flush=True)
             worst |= rc
-    text = summary(tree, python)
+    text = summary(tree)
     (args.out / "summary.txt").parent.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.txt").write_text(text)
     print(text)
