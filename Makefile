@@ -6,7 +6,7 @@ ARGS ?=
 SRC := exporter tests alerts dashboards deploy docs
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-test run test pytest fmt lint bench golden docs estimate-data manifests monitoring gpu-validate image image-push clean
+.PHONY: help setup setup-test run test pytest fmt lint bench mutate golden docs estimate-data manifests monitoring gpu-validate image image-push clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -37,6 +37,9 @@ lint: setup-test ## ruff and mypy, both must be clean (installs the test tools f
 
 bench: setup-test ## run the benchmarks and rewrite docs/benchmarks.md
 	$(PY) -m tests.benchmarks $(ARGS)
+
+mutate: setup-test ## mutation-test the billing code (mutmut; nice'd, cached in build/mutate; ARGS='attribution idle' or --list); not in `make test`
+	nice -n 19 $(PY) -m tests.mutate $(ARGS)
 
 golden: ## regenerate tests/fixtures/golden/*.prom after an intended change of the output
 	WATTPROBE_UPDATE_GOLDEN=1 $(PY) -m pytest tests/system/test_golden.py

@@ -5,7 +5,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 
 from tests.support import running
 from tests.support.fixturehost import FixtureHost
@@ -18,7 +18,20 @@ from tests.support.running import ExporterProcess, start_exporter
 # jobs), and a slow example is not a wrong one (speed is measured by `make bench`).
 settings.register_profile("ci", derandomize=True, print_blob=True, deadline=None)
 settings.register_profile("local", deadline=None)
-settings.load_profile("ci" if os.environ.get("CI") == "true" else "local")
+# `make mutate` (tests/mutate): the same examples for every mutant, so a rerun gives the same
+# verdicts, few of them and no shrinking (a mutant needs only to fail, not a minimal example)
+settings.register_profile(
+    "mutate",
+    derandomize=True,
+    deadline=None,
+    database=None,
+    max_examples=30,
+    phases=(Phase.explicit, Phase.generate),
+)
+if os.environ.get("WATTPROBE_HYPOTHESIS_PROFILE") == "mutate":
+    settings.load_profile("mutate")
+else:
+    settings.load_profile("ci" if os.environ.get("CI") == "true" else "local")
 
 StartExporter = Callable[..., ExporterProcess]
 

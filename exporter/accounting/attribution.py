@@ -148,7 +148,12 @@ def _add_by_container(
     if z.idle_j <= 0:
         return
     key = (z.zone, z.gpu, IDLE)
-    for ref, joules in shares(z.idle_j, z.idle_containers).items():
+    # holders whose weights are all 0 split it evenly (none of them was active); no holder at all
+    # leaves it on the node
+    split = shares(z.idle_j, z.idle_containers) or shares(
+        z.idle_j, dict.fromkeys(z.idle_containers, 1.0)
+    )
+    for ref, joules in split.items():
         bucket = containers.setdefault(ref, {})
         bucket[key] = bucket.get(key, 0.0) + joules
         if with_tasks:

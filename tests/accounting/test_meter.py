@@ -8,6 +8,8 @@ negative, every rejected reading visible, and the true energy recovered once rea
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 
 import pytest
@@ -21,6 +23,7 @@ from exporter.accounting.meter import (
     DeviceSample,
     Measured,
     ZoneMeter,
+    _invalid,
     split_active_idle,
 )
 from exporter.model.health import IMPLAUSIBLE, RESET, UNREADABLE
@@ -288,3 +291,134 @@ def test_good_readings_recover_the_true_energy_exactly(steps: list[tuple[float, 
         counted += got.energy_j
     assert counted == pytest.approx(drawn_uj / 1e6, rel=1e-9, abs=1e-6)
     assert meter.health().rejected == ()
+
+
+def test_a_device_that_did_nothing_bills_all_its_energy_as_idle() -> None:
+    """Utilization 0: all it drew was idle, whatever the baseline; any other utilization is
+    split by the baseline."""
+    meter = ZoneMeter(IdleBaseline(10.0))
+    meter.measure(counter(0, 0), interval=0, utilization=0.0)
+    assert meter.measure(counter(5, 200_000_000), interval=1, utilization=0.0) == Measured(
+        0.0, 200.0, 5.0, "counter"
+    )
+    assert meter.measure(counter(10, 400_000_000), interval=2, utilization=1.0) == Measured(
+        150.0, 50.0, 5.0, "counter"
+    )
+
+
+def test_a_reading_at_the_same_instant_covers_no_time() -> None:
+    meter = ZoneMeter()
+    meter.measure(counter(3, 1_000), interval=0, utilization=0.5)
+    assert meter.measure(counter(3, 1_000), interval=1, utilization=0.5) is None
+
+
+def test_the_idle_baseline_learns_the_mean_power_of_each_interval() -> None:
+    """The baseline is taught watts (joules over seconds), not joules or joule-seconds."""
+    meter = ZoneMeter()
+    for i in range(4):  # 10 W for 5 s each, idle
+        meter.measure(counter(5 * i, 50_000_000 * i), interval=i, utilization=0.01)
+    assert meter.health().idle_w == 10.0
+
+
+def test_power_readings_are_integrated_and_named_so() -> None:
+    meter = ZoneMeter(IdleBaseline(0.0))
+    meter.measure(DeviceSample(0.0, power_w=100.0), interval=0, utilization=None)
+    got = meter.measure(DeviceSample(2.0, power_w=300.0), interval=1, utilization=None)
+    assert got == Measured(400.0, 0.0, 2.0, "power")
+    assert got.energy_j == 400.0
+    assert Measured(3.0, 1.0, 1.0, "power").energy_j == 4.0
+
+
+def test_the_generic_bounds_are_the_documented_ones() -> None:
+    """Without a device's own bounds: a u64 counter may hold any u64, power up to 5 kW."""
+    assert _invalid(DeviceSample(0.0, energy_uj=2**64 - 1)) == ""
+    assert _invalid(DeviceSample(0.0, energy_uj=2**64)) == IMPLAUSIBLE
+    assert _invalid(DeviceSample(0.0, power_w=5_000.0)) == ""
+    assert _invalid(DeviceSample(0.0, power_w=5_000.5)) == IMPLAUSIBLE
+
+
+def test_readings_and_measures_are_frozen_and_slotted() -> None:
+    """One DeviceSample per device and interval: no per-instance dict, and no stage can change
+    one another stage holds."""
+    sample, measured = DeviceSample(0.0, power_w=1.0), Measured(1.0, 0.0, 1.0, POWER)
+    for value in (sample, measured):
+        assert not hasattr(value, "__dict__")
+        # frozen with slots raises TypeError on Python 3.11 (its super() in __setattr__)
+        with pytest.raises((dataclasses.FrozenInstanceError, TypeError)):
+            setattr(value, dataclasses.fields(value)[0].name, 1.0)
+
+
+def test_a_fault_episode_is_logged_once_with_its_reason_and_its_end(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    meter = ZoneMeter(IdleBaseline(0.0), name="rapl package-0")
+    assert meter.health().up is True
+    with caplog.at_level(logging.INFO, logger="exporter.accounting.meter"):
+        meter.measure(counter(0, 1_000), interval=0, utilization=None)
+        assert caplog.messages == []  # the first reading is no recovery
+        meter.measure(counter(5, None, fault="EIO"), interval=1, utilization=None)
+        meter.measure(counter(10, None, fault="EIO"), interval=2, utilization=None)
+        meter.measure(DeviceSample(11.0, power_w=math.nan), interval=3, utilization=None)
+        meter.measure(counter(15, 900), interval=4, utilization=None)
+        meter.measure(counter(20, 2_000), interval=5, utilization=None)
+    assert caplog.messages == [
+        "rapl package-0: unreadable (EIO); the last good reading stays the baseline",
+        "rapl package-0: readings accepted again",
+    ]
+    assert meter.health().rejected == ((IMPLAUSIBLE, 1), (RESET, 1), (UNREADABLE, 2))
+    default = ZoneMeter()
+    with caplog.at_level(logging.WARNING, logger="exporter.accounting.meter"):
+        caplog.clear()
+        default.measure(DeviceSample(0.0, power_w=-1.0), interval=0, utilization=None)
+        default.measure(counter(1, 1_000), interval=1, utilization=None)
+        default.measure(counter(2, 1), interval=3, utilization=None)
+    assert caplog.messages == [
+        "device: implausible reading; the last good reading stays the baseline",
+        "device: counter reset; the last good reading stays the baseline",
+    ]
+
+
+def test_a_devices_own_power_bound_is_used_only_when_it_means_something() -> None:
+    """0 W and any power up to the bound are plausible; a bound that is 0 or infinite is no
+    bound (the generic 5 kW applies), a small real one (a 0.5 W sensor rail) is one."""
+    for watts in (0.0, 0.5):
+        assert _invalid(DeviceSample(0.0, power_w=watts)) == ""
+    assert _invalid(DeviceSample(0.0, power_w=0.6, max_power_w=0.5)) == IMPLAUSIBLE
+    assert _invalid(DeviceSample(0.0, power_w=0.5, max_power_w=0.5)) == ""
+    assert _invalid(DeviceSample(0.0, power_w=100.0, max_power_w=0.0)) == ""
+    assert _invalid(DeviceSample(0.0, power_w=6_000.0, max_power_w=math.inf)) == IMPLAUSIBLE
+    assert _invalid(DeviceSample(0.0, energy_uj=RANGE, max_energy_uj=RANGE)) == ""
+    assert _invalid(DeviceSample(0.0, energy_uj=RANGE + 1, max_energy_uj=RANGE)) == IMPLAUSIBLE
+
+
+def test_a_short_interval_bounds_its_energy_by_its_own_length() -> None:
+    """0.5 s at a 1 kW bound is at most 500 J: 600 J is implausible, not one second's worth."""
+    meter = ZoneMeter(IdleBaseline(0.0))
+    meter.measure(counter(0.0, 0), interval=0, utilization=None)
+    assert meter.measure(counter(0.5, 600_000_000), interval=1, utilization=None) is None
+    assert meter.health().rejected == ((IMPLAUSIBLE, 1),)
+    fresh = ZoneMeter(IdleBaseline(0.0))
+    fresh.measure(counter(0.0, 0), interval=0, utilization=None)
+    assert fresh.measure(counter(0.5, 500_000_000), interval=1, utilization=None) == Measured(
+        500.0, 0.0, 0.5, "counter"
+    )
+
+
+def test_a_counter_then_power_only_readings_restart_from_the_power_reading() -> None:
+    """A GPU whose energy counter stops answering: the next power reading is a new start (no
+    span counted twice, nothing invented), the one after it counts."""
+    meter = ZoneMeter(IdleBaseline(0.0))
+    meter.measure(counter(0, 1_000), interval=0, utilization=None)
+    assert meter.measure(DeviceSample(5.0, power_w=10.0), interval=1, utilization=None) is None
+    got = meter.measure(DeviceSample(10.0, power_w=30.0), interval=2, utilization=None)
+    assert got == Measured(100.0, 0.0, 5.0, "power")
+    back = meter.measure(counter(15, 5_000), interval=3, utilization=None)
+    assert back is None  # no shared quantity with the power reading: a new start again
+
+
+def test_sub_second_intervals_integrate_and_split_by_their_own_length() -> None:
+    assert split_active_idle(100.0, 10.0, 0.5) == (95.0, 5.0)
+    meter = ZoneMeter(IdleBaseline(0.0))
+    meter.measure(DeviceSample(0.0, power_w=100.0), interval=0, utilization=None)
+    got = meter.measure(DeviceSample(0.5, power_w=100.0), interval=1, utilization=None)
+    assert got == Measured(50.0, 0.0, 0.5, "power")

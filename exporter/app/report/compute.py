@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import date
 from fractions import Fraction
 
@@ -179,19 +179,19 @@ def _consequence(what: str) -> str:
 
 
 def total_of(rows: Iterable[Row]) -> Row:
+    """The total row: every field of Row but its name summed over the rows (money per currency).
+
+    The fields come from the dataclass, so a field added to Row is in the total without a change
+    here (tests/app/report/test_compute_props.py checks each field against the rows' sum).
+    """
     total = Row("(total)")
     for r in rows:
-        total.energy_j += r.energy_j
-        total.facility_j += r.facility_j
-        total.carbon_g += r.carbon_g
-        total.unpriced_j += r.unpriced_j
-        total.gpu_hours += r.gpu_hours
-        total.idle_gpu_hours += r.idle_gpu_hours
-        total.unpriced_gpu_hours += r.unpriced_gpu_hours
-        for mine, theirs in (
-            (total.cost, r.cost),
-            (total.gpu_cost, r.gpu_cost),
-            (total.idle_gpu_cost, r.idle_gpu_cost),
-        ):
-            _add(mine, theirs, Fraction(1))
+        for f in fields(Row):
+            if f.name == "namespace":
+                continue
+            mine, theirs = getattr(total, f.name), getattr(r, f.name)
+            if isinstance(mine, dict):
+                _add(mine, theirs, Fraction(1))
+            else:
+                setattr(total, f.name, mine + theirs)
     return total

@@ -119,9 +119,9 @@ class Queries:
         )
 
     def idle_gpu_minutes(self) -> str:
-        """Minutes of allocation while WattprobeGpuIdleWhileAllocated's condition had held for
-        its `for`: allocated, at most 1% busy over 5 minutes, at every minute of the last
-        idle_for."""
+        """Minutes of allocation while WattprobeGpuIdleWhileAllocated fires: its condition
+        (allocated, at most 1% busy over 5 minutes) true at every minute from idle_for ago to
+        now."""
         # whole GPUs only: NVML reports no utilization in MIG mode (as the showback rules)
         whole = self._allocations('mig_device=""')
         idle = (
@@ -129,8 +129,13 @@ class Queries:
             f"(max by (uuid) (max_over_time(wattprobe_gpu_utilization_ratio{self._sel()}[5m])) "
             f"< {IDLE_UTILIZATION})"
         )
-        points = self.idle_for_ms // STEP_MS
-        held = f"count_over_time(({idle})[{self.idle_for_ms - 1}ms:{STEP}]) >= {points}"
+        # The alert fires once `t - ActiveAt >= for`: its condition true at the minute `for`
+        # before t and at every minute since, for/1m + 1 points (true from 0m: firing from 60m,
+        # not 59m). The window holds exactly those points, under left-closed and left-open
+        # ranges alike (tests/app/report/test_idle_minutes.py).
+        points = self.idle_for_ms // STEP_MS + 1
+        window_ms = self.idle_for_ms + STEP_MS - 1
+        held = f"count_over_time(({idle})[{window_ms}ms:{STEP}]) >= {points}"
         return f"sum by (cluster, node, namespace, uuid) (count_over_time(({held}){self._minutes}))"
 
     def nodes(self) -> str:

@@ -20,10 +20,10 @@ carbon 14.4 x 0.048 x 100 / 1000 = 0.06912 kg. node row: 263 W = 12.624 kWh; fac
 (262.5 + 69.6 + 30) x 0.048 = 17.3808; cost (52.5 + 20.88) x 0.048 = 3.52224 -> 3.5222; carbon
 (262.5 x 300 + 69.6 x 100) x 0.048 / 1000 = 4.11408 kg; unpriced 30 x 0.048 = 1.44 kWh.
 GPUs: alpha holds GPU 0 (50% busy), beta GPU 1 (never busy), both the whole 48 h at 2.5 EUR/h
-(the H100 model's price): 48 h and 120 EUR each. GPU 1's idle hours: a minute counts once the
-idle condition held at each of the hour's 60 minute points; the data starts 2025-03-01 00:00, so
-the first such minute is 00:59 and day one has 1440 - 58 = 1382, day two 1440: 2822 min =
-47.0333 h, x 2.5 = 117.5833 EUR.
+(the H100 model's price): 48 h and 120 EUR each. GPU 1's idle hours: a minute counts while the
+idle alert fires, once its condition held at every minute point from an hour before (61 points);
+the data starts 2025-03-01 00:00, so the first such minute is 01:00 and day one has
+1440 - 59 = 1381, day two 1440: 2821 min = 47.0167 h, x 2.5 = 117.5417 EUR.
 MIG devices on node a's GPU 2 (MIG mode), both held by alpha the whole 48 h: a 1g.10gb at its
 resource's 0.5 EUR/h (24 EUR) and a 3g.40gb at 3/7 of the H100's 2.5 EUR/h (48 x 2.5 x 3/7 =
 51.4286 EUR): alpha 144 GPU-hours, 120 + 24 + 51.4286 = 195.4286 EUR.
@@ -53,10 +53,10 @@ PERIOD = "2025-03-01..2025-03-02"
 EXPECTED_CSV = """\
 namespace,kwh,facility_kwh,cost_EUR,carbon_kg,unpriced_kwh,gpu_hours,gpu_cost_EUR,idle_gpu_hours,idle_gpu_cost_EUR,unpriced_gpu_hours
 alpha,11.280000,16.440000,3.0960,4.644000,0.960000,144.0000,195.4286,0.0000,0.0000,0.0000
-beta,4.800000,6.768000,1.5264,1.684800,0.000000,48.0000,120.0000,47.0333,117.5833,0.0000
+beta,4.800000,6.768000,1.5264,1.684800,0.000000,48.0000,120.0000,47.0167,117.5417,0.0000
 gamma,0.576000,0.691200,0.2074,0.069120,0.000000,0.0000,0.0000,0.0000,0.0000,0.0000
 (node),12.624000,17.380800,3.5222,4.114080,1.440000,0.0000,0.0000,0.0000,0.0000,0.0000
-(total),29.280000,41.280000,8.3520,10.512000,2.400000,192.0000,315.4286,47.0333,117.5833,0.0000
+(total),29.280000,41.280000,8.3520,10.512000,2.400000,192.0000,315.4286,47.0167,117.5417,0.0000
 """
 
 
@@ -217,7 +217,7 @@ def test_html_renders_in_chromium_without_console_errors(
     assert _console_lines(dom.stderr) == []
     # what the browser built: the table's rows and the five plots, with their figures
     assert dom.stdout.count("<svg") == 5
-    for cell in ("11.280000", "117.5833", "(node)", "47.03 h"):
+    for cell in ("11.280000", "117.5417", "(node)", "47.02 h"):
         assert cell in dom.stdout
 
     shot = tmp_path / "shot.png"

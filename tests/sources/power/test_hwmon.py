@@ -98,3 +98,18 @@ def test_one_bad_sensor_is_a_faulted_reading_and_the_others_read_on(
     assert bad.max_power_w == pytest.approx(203.0)  # the bound is known even when the value is not
     assert readings["power_meter_power1"].power_w == pytest.approx(245.0)
     assert readings["i915_energy1"].energy_uj == 5123456789
+
+
+def test_a_rail_with_a_counter_and_a_power_reading_is_read_once(host: FixtureHost) -> None:
+    """One reading per rail: a power input that shares its label with an energy counter is
+    skipped, else the rail's energy would count twice on the node. Counted in the list of
+    readings itself (a dict keyed by zone would hide the second one)."""
+    host.set_hwmon("hwmon3", "power1_input", 20_000_000)
+    host.hwmon_file("hwmon3", "energy1_label").write_text("card\n")
+    host.hwmon_file("hwmon3", "power1_label").write_text("card\n")
+    readings = HwmonSource(host.sysfs).read()
+    zones = [r.zone for r in readings]
+    assert zones.count("i915_card") == 1
+    assert len(zones) == len(set(zones))  # no rail of any chip twice
+    (card,) = [r for r in readings if r.zone == "i915_card"]
+    assert (card.energy_uj, card.power_w) == (5123456789, None)  # the counter, not the reading

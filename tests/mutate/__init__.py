@@ -1,0 +1,1 @@
+"""`make mutate`: mutation testing of the billing code (docs/testing.md)."""
