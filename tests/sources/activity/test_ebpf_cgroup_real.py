@@ -309,6 +309,19 @@ while True:
 """
 
 
+def growth_of(
+    pid: int, prev: dict[TaskKey, TaskSample], samples: list[TaskSample]
+) -> tuple[float, dict[TaskKey, TaskSample]]:
+    """pid's CPU seconds since the previous read, as the monitor takes them (a key not seen
+    before counts whole), and the samples to compare the next read with."""
+    grown = 0.0
+    for s in samples:
+        if s.pid == pid:
+            before = prev.get(s.key)
+            grown += s.cpu_seconds - (before.cpu_seconds if before else 0.0)
+    return grown, {s.key: s for s in samples}
+
+
 def test_a_long_slice_running_since_before_the_load_is_not_overcounted() -> None:
     """A SCHED_FIFO spinner on one CPU that never blocks (only RT throttling takes it off, after
     ~0.95 s), running before the probes load: its cgroup is credited exactly what cpu.stat
@@ -332,25 +345,17 @@ def test_a_long_slice_running_since_before_the_load_is_not_overcounted() -> None
                 counted = 0.0
                 for _ in range(8):  # reads mid-slice and across the throttling switches
                     time.sleep(0.37)
-                    samples = source.tasks()
+                    grown, prev = growth_of(spinner.pid, prev, source.tasks())
+                    counted += grown
                     now = usage_s(c)
-                    for s in samples:
-                        if s.pid == spinner.pid:
-                            before = prev.get(s.key)
-                            counted += s.cpu_seconds - (before.cpu_seconds if before else 0.0)
-                    prev = {s.key: s for s in samples}
                     print(f"counted {counted:.4f} s, cpu.stat {now - base_hi:.4f} s")
                     # never ahead of the kernel, and never more than a slice behind
                     assert counted <= now - base_lo + TICKS_LAG_S, (counted, now - base_lo)
                     assert counted >= now - base_hi - 1.0, (counted, now - base_hi)
                 spinner.send_signal(signal.SIGSTOP)  # the slice ends: everything is counted
                 time.sleep(0.3)
-                samples = source.tasks()
+                counted += growth_of(spinner.pid, prev, source.tasks())[0]
                 now = usage_s(c)
-                for s in samples:
-                    if s.pid == spinner.pid:
-                        before = prev.get(s.key)
-                        counted += s.cpu_seconds - (before.cpu_seconds if before else 0.0)
                 assert now - base_hi > 1.5, now - base_hi
                 # never ahead of the kernel; behind by at most one slice: a slice whose start no
                 # program saw is charged at most 20 ms (bpf/activity.c MISMATCH_CAP_NS; on this
