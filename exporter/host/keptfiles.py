@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
 
 from exporter.host.hostfile import FileTooLarge, open_regular, read_whole
@@ -29,10 +28,8 @@ _STATFS_BYTES = 256  # struct statfs is 120 bytes on 64-bit Linux; f_type is its
 
 def filesystem_magic(path: str) -> int | None:
     """statfs(2)'s f_type of the filesystem holding path, or None when it cannot be told."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    except OSError:
-        return None
+    # the C library the process already has (find_library would exec ldconfig: test_no_exec)
+    libc = ctypes.CDLL(None, use_errno=True)
     buf = ctypes.create_string_buffer(_STATFS_BYTES)
     if libc.statfs(os.fsencode(path), buf) != 0:
         return None
