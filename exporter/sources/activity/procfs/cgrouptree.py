@@ -19,6 +19,10 @@ interval this module instead
   threads, interrupts, and processes left in the root cgroup (rare under systemd).
 The root cgroup's own total is never read (it is the machine's).
 
+Cost per interval: on the kernel's cgroupfs each tracked cgroup's total is read through a
+descriptor kept open (exporter/host/keptfiles.py: one pread), and the eBPF source, which sees
+every cgroup_mkdir, lets an interval skip the walk when none was made (update(walk=False)).
+
 Every bucket (ContainerRef) becomes one TaskSample, key (CGROUP_PID, n), pid 0, comm "[cgroup]",
 cgroup a path that classifies as the bucket, its CPU seconds since first seen; the rest is one
 TaskSample, key (REST_PID, 0), a kernel thread. Counters never go back: each tracked cgroup and
@@ -104,6 +108,7 @@ class Hierarchy:
         # every tracked cgroup's total is read every interval: through kept descriptors on a
         # real cgroupfs (host/keptfiles.py)
         self._files = KeptFiles(root)
+        self._kept_for: list[_Node] | None = None  # the walk whose files are kept
 
     def walk(self, top_bucket: ContainerRef | None) -> list[_Node]:
         """The tracked cgroups, parents before children. top_bucket: what the root counts as
@@ -156,9 +161,13 @@ class Hierarchy:
         """Close the kept files (the source is done)."""
         self._files.close()
 
-    def keep_only(self, paths: list[str]) -> None:
-        """Close the kept files of cgroups this walk no longer reads."""
-        self._files.keep_only({f"{self.root}{p}/{self._file}" for p in paths})
+    def keep_only(self, nodes: list[_Node]) -> None:
+        """Close the kept files of cgroups this walk no longer reads (nothing to do when the
+        walk is the one already kept: an interval that did not list the tree)."""
+        if nodes is self._kept_for:
+            return
+        self._kept_for = nodes
+        self._files.keep_only({f"{self.root}{n.path}/{self._file}" for n in nodes})
 
 
 def hierarchies(cgroup_root: Path) -> tuple[Hierarchy | None, Hierarchy | None]:
@@ -325,7 +334,7 @@ class CgroupTree:
                 elif limit_ns is not None and ns <= limit_ns:
                     deltas[i] = ns  # made again under the same path
             seen[where] = c
-        hierarchy.keep_only([n.path for n in nodes])
+        hierarchy.keep_only(nodes)
         return deltas
 
     def _account(
